@@ -1,0 +1,369 @@
+// Package lock is the mode lock of a GPU turnstile: many shared holders (LLM
+// requests) or one exclusive holder (an image job or an external hold), never
+// both.
+//
+// The lock prefers writers: once an exclusive waiter is queued, new shared
+// holders wait while those already in flight drain. Exclusive waiters are
+// served in arrival order. A waiter whose context ends leaves the queue at
+// once and wakes whoever can now proceed.
+//
+// The lock also tracks one debt: after an image job, ComfyUI may still hold
+// models. That debt passes from one exclusive holder to the next (no free
+// between consecutive image jobs), and is paid through Effects.Free before
+// the GPU goes to shared use or to idle, whoever released last.
+//
+// The package has no goroutines, timers, logging or HTTP: callers bring
+// contexts, and side effects go through the Effects interface.
+package lock
+
+import (
+	"container/list"
+	"context"
+	"sync"
+)
+
+// State is what the GPU is used for.
+type State uint8
+
+// The states, in the order of the gpu_turnstile_state metric.
+const (
+	Idle  State = iota // nobody holds the lock
+	LLM                // one or more shared holders
+	Image              // one exclusive image holder (or its free)
+	Hold               // one exclusive external holder
+)
+
+// States lists every State; the model checker's state list is compared
+// against it.
+var States = []State{Idle, LLM, Image, Hold}
+
+func (s State) String() string {
+	switch s {
+	case Idle:
+		return "idle"
+	case LLM:
+		return "llm"
+	case Image:
+		return "image"
+	case Hold:
+		return "hold"
+	}
+	return "unknown"
+}
+
+// Kind is the kind of an exclusive holder: Image or Hold.
+type Kind = State
+
+// Effects performs the side effects the lock orders. The lock calls them
+// without holding its mutex, except Transition.
+type Effects interface {
+	// Free empties ComfyUI (its models and cache) before the GPU leaves
+	// exclusive use. It is called by the goroutine that released the lock,
+	// while the lock still counts as exclusive, and must return within its
+	// own deadline: the lock waits for it.
+	Free()
+	// Transition reports a change of state. It is called with the lock's
+	// mutex held, so it must be quick and must not call the lock.
+	Transition(from, to State)
+}
+
+// Options are the lock's policy settings.
+type Options struct {
+	// MaxExclusiveStreak bounds how many exclusive holders in a row may be
+	// granted while shared waiters wait. Once reached, the shared waiters
+	// get a turn before the next exclusive waiter. Zero means no bound
+	// (strict exclusive priority).
+	MaxExclusiveStreak int
+}
+
+// Lock is the mode lock. The zero value is not usable; call New.
+type Lock struct {
+	effects Effects
+	opts    Options
+
+	mu       sync.Mutex
+	shared   int  // shared holders
+	excl     Kind // the exclusive holder's kind, or Idle for none
+	freeing  bool // a Free is running for the last exclusive holder
+	owesFree bool // ComfyUI may still hold a previous image job's models
+	streak   int  // exclusive grants in a row while shared waiters waited
+	exclQ    list.List
+	qKinds   [4]int // queued exclusive waiters per kind
+
+	// Shared waiters are admitted all at once: each waits on gate, which is
+	// closed (and replaced) when they are admitted. sharedQ counts them.
+	sharedQ int
+	gate    chan struct{}
+}
+
+type exclWaiter struct {
+	kind  Kind
+	ready chan struct{} // closed when the lock is granted to this waiter
+}
+
+// New returns an idle lock that orders its side effects through effects.
+func New(effects Effects, opts Options) *Lock {
+	return &Lock{effects: effects, opts: opts, gate: make(chan struct{})}
+}
+
+// TryAcquireShared takes a shared hold if that is possible without waiting:
+// no exclusive holder, no exclusive waiter. It never allocates.
+func (l *Lock) TryAcquireShared() bool {
+	l.mu.Lock()
+	ok := l.sharedFree()
+	if ok {
+		l.addShared(1)
+	}
+	l.mu.Unlock()
+	return ok
+}
+
+// AcquireShared takes a shared hold, waiting while an exclusive holder or
+// waiter exists. On ctx's end it returns ctx.Err() and holds nothing.
+func (l *Lock) AcquireShared(ctx context.Context) error {
+	l.mu.Lock()
+	if l.sharedFree() {
+		l.addShared(1)
+		l.mu.Unlock()
+		return nil
+	}
+	gate := l.gate
+	l.sharedQ++
+	l.mu.Unlock()
+
+	select {
+	case <-gate:
+		return nil
+	case <-ctx.Done():
+		l.mu.Lock()
+		select {
+		case <-gate:
+			// Admitted while the context ended: this waiter is already
+			// counted as a holder, so give the hold back.
+			l.mu.Unlock()
+			l.ReleaseShared()
+		default:
+			l.sharedQ--
+			l.mu.Unlock()
+		}
+		return ctx.Err()
+	}
+}
+
+// ReleaseShared gives back a shared hold. The last one out hands the lock
+// to the first exclusive waiter.
+func (l *Lock) ReleaseShared() {
+	l.mu.Lock()
+	if l.shared <= 0 {
+		l.mu.Unlock()
+		panic("lock: ReleaseShared without a shared hold")
+	}
+	l.shared--
+	if l.shared == 0 && !l.grantNextExclusive(LLM) {
+		l.effects.Transition(LLM, Idle)
+	}
+	l.mu.Unlock()
+}
+
+// AcquireExclusive takes the lock for one exclusive holder of the given
+// kind (Image or Hold), after the shared holders drain and the exclusive
+// waiters ahead of it are served. On ctx's end it returns ctx.Err() and
+// holds nothing.
+func (l *Lock) AcquireExclusive(ctx context.Context, kind Kind) error {
+	if kind != Image && kind != Hold {
+		panic("lock: exclusive kind must be Image or Hold")
+	}
+	l.mu.Lock()
+	if l.shared == 0 && l.excl == Idle && !l.freeing && l.exclQ.Len() == 0 {
+		l.grantExclusive(kind, Idle)
+		l.mu.Unlock()
+		return nil
+	}
+	w := &exclWaiter{kind: kind, ready: make(chan struct{})}
+	elem := l.exclQ.PushBack(w)
+	l.qKinds[kind]++
+	l.mu.Unlock()
+
+	select {
+	case <-w.ready:
+		return nil
+	case <-ctx.Done():
+		l.mu.Lock()
+		select {
+		case <-w.ready:
+			// Granted while the context ended: this waiter holds the lock
+			// now, with whatever debt came with it. Release it through the
+			// normal path so the debt is paid and the next waiter served.
+			l.mu.Unlock()
+			l.ReleaseExclusive(false)
+		default:
+			l.exclQ.Remove(elem)
+			l.qKinds[kind]--
+			// The lock may have been kept from shared waiters only by
+			// this waiter.
+			if l.exclQ.Len() == 0 && l.excl == Idle && !l.freeing && l.sharedQ > 0 {
+				l.admitSharedWaiters()
+			}
+			l.mu.Unlock()
+		}
+		return ctx.Err()
+	}
+}
+
+// ReleaseExclusive gives back the exclusive hold. jobRan says whether this
+// holder left models in ComfyUI (an image job ran), which adds to the debt
+// it may have inherited. If another exclusive waiter is queued, the lock
+// (and the debt) passes straight to it and ReleaseExclusive returns true.
+// Otherwise the debt is paid with Effects.Free in this goroutine, then the
+// waiting shared holders are admitted, and it returns false.
+func (l *Lock) ReleaseExclusive(jobRan bool) (handedOver bool) {
+	l.mu.Lock()
+	if l.excl == Idle || l.freeing {
+		l.mu.Unlock()
+		panic("lock: ReleaseExclusive without an exclusive hold")
+	}
+	l.owesFree = l.owesFree || jobRan
+	for {
+		if !l.sharedTurnDue() && l.grantNextExclusive(l.excl) {
+			l.mu.Unlock()
+			return true
+		}
+		if !l.owesFree {
+			break
+		}
+		// Pay the debt while still exclusive: a waiter that arrives
+		// meanwhile queues, and is served once the free is done.
+		l.freeing = true
+		l.mu.Unlock()
+		l.effects.Free()
+		l.mu.Lock()
+		l.freeing = false
+		l.owesFree = false
+	}
+	from := l.excl
+	l.excl = Idle
+	l.streak = 0
+	if l.sharedQ > 0 {
+		l.admitSharedWaiters()
+		l.effects.Transition(from, LLM)
+	} else {
+		l.effects.Transition(from, Idle)
+		// A shared turn whose waiters all left meanwhile must not stall
+		// the exclusive waiters it held back.
+		l.grantNextExclusive(Idle)
+	}
+	l.mu.Unlock()
+	return false
+}
+
+// OwesFree reports whether ComfyUI may still hold a previous job's models.
+func (l *Lock) OwesFree() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.owesFree
+}
+
+// Paid tells the lock that the exclusive holder has freed ComfyUI itself
+// (an external hold does on entry), so the debt is settled.
+func (l *Lock) Paid() {
+	l.mu.Lock()
+	l.owesFree = false
+	l.mu.Unlock()
+}
+
+// Snapshot is a consistent view of the lock at one instant.
+type Snapshot struct {
+	State         State
+	Shared        int  // shared holders
+	SharedWaiting int  // shared waiters
+	ImageWaiting  int  // queued image waiters
+	HoldWaiting   int  // queued hold waiters
+	Freeing       bool // the last exclusive holder's free is running
+	OwesFree      bool // ComfyUI may still hold a previous job's models
+	Streak        int  // exclusive grants in a row while shared waiters waited
+}
+
+// Snapshot returns the lock's current state.
+func (l *Lock) Snapshot() Snapshot {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return Snapshot{
+		State:         l.stateLocked(),
+		Shared:        l.shared,
+		SharedWaiting: l.sharedQ,
+		ImageWaiting:  l.qKinds[Image],
+		HoldWaiting:   l.qKinds[Hold],
+		Freeing:       l.freeing,
+		OwesFree:      l.owesFree,
+		Streak:        l.streak,
+	}
+}
+
+// State returns the current state.
+func (l *Lock) State() State {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stateLocked()
+}
+
+func (l *Lock) stateLocked() State {
+	switch {
+	case l.excl != Idle:
+		return l.excl
+	case l.shared > 0:
+		return LLM
+	}
+	return Idle
+}
+
+// sharedFree reports whether a new shared holder may enter at once.
+func (l *Lock) sharedFree() bool {
+	return l.excl == Idle && !l.freeing && l.exclQ.Len() == 0
+}
+
+func (l *Lock) addShared(n int) {
+	if l.shared == 0 {
+		l.effects.Transition(Idle, LLM)
+	}
+	l.shared += n
+}
+
+// sharedTurnDue reports whether the fairness bound gives the waiting shared
+// holders the next turn ahead of the exclusive waiters.
+func (l *Lock) sharedTurnDue() bool {
+	return l.opts.MaxExclusiveStreak > 0 && l.sharedQ > 0 && l.streak >= l.opts.MaxExclusiveStreak
+}
+
+// grantNextExclusive hands the lock to the first exclusive waiter if no
+// shared holder is left. from is the state the lock leaves: the releasing
+// exclusive holder's kind, LLM when the last shared holder left, or Idle.
+func (l *Lock) grantNextExclusive(from State) bool {
+	front := l.exclQ.Front()
+	if front == nil || l.shared > 0 {
+		return false
+	}
+	w := l.exclQ.Remove(front).(*exclWaiter)
+	l.qKinds[w.kind]--
+	l.grantExclusive(w.kind, from)
+	close(w.ready)
+	return true
+}
+
+func (l *Lock) grantExclusive(kind Kind, from State) {
+	l.excl = kind
+	if l.sharedQ > 0 {
+		l.streak++
+	}
+	if from != kind {
+		l.effects.Transition(from, kind)
+	}
+}
+
+func (l *Lock) admitSharedWaiters() {
+	n := l.sharedQ
+	l.sharedQ = 0
+	l.streak = 0
+	l.shared += n
+	close(l.gate)
+	l.gate = make(chan struct{})
+}

@@ -1,0 +1,542 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// recorder is an Effects that records transitions and frees.
+type recorder struct {
+	mu    sync.Mutex
+	trans []string
+	frees atomic.Int32
+	// onFree runs inside Free, e.g. to let a test act while a free runs.
+	onFree func()
+}
+
+func (r *recorder) Free() {
+	r.frees.Add(1)
+	if r.onFree != nil {
+		r.onFree()
+	}
+}
+
+func (r *recorder) Transition(from, to State) {
+	r.mu.Lock()
+	r.trans = append(r.trans, from.String()+">"+to.String())
+	r.mu.Unlock()
+}
+
+func (r *recorder) transitions() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.trans...)
+}
+
+// waitFor polls the lock's snapshot until cond holds; a queued waiter is
+// only visible there, so this is how tests know a goroutine is waiting.
+func waitFor(t *testing.T, l *Lock, what string, cond func(Snapshot) bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond(l.Snapshot()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s; snapshot %+v", what, l.Snapshot())
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+func acquireAsync(l *Lock, ctx context.Context, kind State) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		if kind == LLM {
+			done <- l.AcquireShared(ctx)
+		} else {
+			done <- l.AcquireExclusive(ctx, kind)
+		}
+	}()
+	return done
+}
+
+func mustNotBeDone(t *testing.T, ch <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-ch:
+		t.Fatalf("%s finished early (err %v)", what, err)
+	default:
+	}
+}
+
+func TestTransitions(t *testing.T) {
+	bg := context.Background()
+	cases := []struct {
+		name  string
+		steps func(l *Lock)
+		want  []string
+		frees int32
+	}{
+		{"shared in and out", func(l *Lock) {
+			l.AcquireShared(bg)
+			l.AcquireShared(bg)
+			l.ReleaseShared()
+			l.ReleaseShared()
+		}, []string{"idle>llm", "llm>idle"}, 0},
+		{"image without job owes nothing", func(l *Lock) {
+			l.AcquireExclusive(bg, Image)
+			l.ReleaseExclusive(false)
+		}, []string{"idle>image", "image>idle"}, 0},
+		{"image with job frees", func(l *Lock) {
+			l.AcquireExclusive(bg, Image)
+			l.ReleaseExclusive(true)
+		}, []string{"idle>image", "image>idle"}, 1},
+		{"hold", func(l *Lock) {
+			l.AcquireExclusive(bg, Hold)
+			l.ReleaseExclusive(false)
+		}, []string{"idle>hold", "hold>idle"}, 0},
+		{"hold pays debt itself", func(l *Lock) {
+			l.AcquireExclusive(bg, Image)
+			l.ReleaseExclusive(true) // pays
+			l.AcquireExclusive(bg, Hold)
+			l.Paid()
+			l.ReleaseExclusive(false)
+		}, []string{"idle>image", "image>idle", "idle>hold", "hold>idle"}, 1},
+		{"try shared", func(l *Lock) {
+			if !l.TryAcquireShared() {
+				panic("try failed on idle lock")
+			}
+			l.ReleaseShared()
+		}, []string{"idle>llm", "llm>idle"}, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &recorder{}
+			l := New(r, Options{})
+			tc.steps(l)
+			if got := r.transitions(); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("transitions %v, want %v", got, tc.want)
+			}
+			if got := r.frees.Load(); got != tc.frees {
+				t.Errorf("frees %d, want %d", got, tc.frees)
+			}
+			if s := l.Snapshot(); s != (Snapshot{}) {
+				t.Errorf("lock not idle and empty at end: %+v", s)
+			}
+		})
+	}
+}
+
+func TestTryAcquireSharedRefusesWhileExclusiveWaits(t *testing.T) {
+	l := New(&recorder{}, Options{})
+	l.AcquireShared(context.Background())
+	img := acquireAsync(l, context.Background(), Image)
+	waitFor(t, l, "image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
+	if l.TryAcquireShared() {
+		t.Fatal("TryAcquireShared succeeded while an exclusive waiter was queued")
+	}
+	l.ReleaseShared()
+	if err := <-img; err != nil {
+		t.Fatal(err)
+	}
+	if l.TryAcquireShared() {
+		t.Fatal("TryAcquireShared succeeded while exclusive was held")
+	}
+	l.ReleaseExclusive(false)
+	if !l.TryAcquireShared() {
+		t.Fatal("TryAcquireShared failed on an idle lock")
+	}
+	l.ReleaseShared()
+}
+
+func TestImageWaitsForLLMToDrain(t *testing.T) {
+	r := &recorder{}
+	l := New(r, Options{})
+	bg := context.Background()
+	l.AcquireShared(bg)
+	l.AcquireShared(bg)
+	img := acquireAsync(l, bg, Image)
+	waitFor(t, l, "image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
+
+	// Writer preference: a new LLM request waits behind the image waiter.
+	llm := acquireAsync(l, bg, LLM)
+	waitFor(t, l, "llm waiter", func(s Snapshot) bool { return s.SharedWaiting == 1 })
+
+	l.ReleaseShared()
+	mustNotBeDone(t, img, "image acquire with one LLM holder left")
+	l.ReleaseShared()
+	if err := <-img; err != nil {
+		t.Fatal(err)
+	}
+	mustNotBeDone(t, llm, "llm acquire during image")
+	if s := l.State(); s != Image {
+		t.Fatalf("state %v, want image", s)
+	}
+	l.ReleaseExclusive(true)
+	if err := <-llm; err != nil {
+		t.Fatal(err)
+	}
+	if got := r.frees.Load(); got != 1 {
+		t.Fatalf("frees %d, want 1 before LLM got the GPU", got)
+	}
+	l.ReleaseShared()
+	want := "[idle>llm llm>image image>llm llm>idle]"
+	if got := fmt.Sprint(r.transitions()); got != want {
+		t.Fatalf("transitions %s, want %s", got, want)
+	}
+}
+
+func TestExclusiveWaitersAreFIFO(t *testing.T) {
+	l := New(&recorder{}, Options{})
+	bg := context.Background()
+	l.AcquireShared(bg)
+	var order []int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range 5 {
+		// Queue each only after the previous is visible, so arrival order is known.
+		wg.Add(1)
+		kind := Image
+		if i%2 == 1 {
+			kind = Hold
+		}
+		go func() {
+			defer wg.Done()
+			if err := l.AcquireExclusive(bg, kind); err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			l.ReleaseExclusive(false)
+		}()
+		waitFor(t, l, "queued", func(s Snapshot) bool { return s.ImageWaiting+s.HoldWaiting == i+1 })
+	}
+	l.ReleaseShared()
+	wg.Wait()
+	if fmt.Sprint(order) != "[0 1 2 3 4]" {
+		t.Fatalf("served in order %v, want arrival order", order)
+	}
+}
+
+func TestHandOverCarriesTheDebt(t *testing.T) {
+	r := &recorder{}
+	l := New(r, Options{})
+	bg := context.Background()
+	l.AcquireExclusive(bg, Image)
+	next := acquireAsync(l, bg, Image)
+	waitFor(t, l, "second image", func(s Snapshot) bool { return s.ImageWaiting == 1 })
+	if !l.ReleaseExclusive(true) {
+		t.Fatal("release did not hand over to the waiting image")
+	}
+	if err := <-next; err != nil {
+		t.Fatal(err)
+	}
+	if r.frees.Load() != 0 {
+		t.Fatal("freed between consecutive image jobs")
+	}
+	if !l.OwesFree() {
+		t.Fatal("debt lost on hand-over")
+	}
+	// The second request fails (400): it ran no job, but the first one's
+	// models are still there, so the free is still owed.
+	if l.ReleaseExclusive(false) {
+		t.Fatal("handed over with nobody waiting")
+	}
+	if r.frees.Load() != 1 {
+		t.Fatal("free skipped after a failed hand-over")
+	}
+}
+
+func TestCancelledWaiterLeavesAtOnce(t *testing.T) {
+	for _, kind := range []State{LLM, Image, Hold} {
+		t.Run(kind.String(), func(t *testing.T) {
+			l := New(&recorder{}, Options{})
+			bg := context.Background()
+			l.AcquireExclusive(bg, Image)
+			ctx, cancel := context.WithCancel(bg)
+			ch := acquireAsync(l, ctx, kind)
+			waitFor(t, l, "waiter", func(s Snapshot) bool {
+				return s.SharedWaiting+s.ImageWaiting+s.HoldWaiting == 1
+			})
+			cancel()
+			if err := <-ch; !errors.Is(err, context.Canceled) {
+				t.Fatalf("err %v, want canceled", err)
+			}
+			if s := l.Snapshot(); s.SharedWaiting+s.ImageWaiting+s.HoldWaiting != 0 {
+				t.Fatalf("cancelled waiter still counted: %+v", s)
+			}
+			l.ReleaseExclusive(false)
+			if s := l.Snapshot(); s != (Snapshot{}) {
+				t.Fatalf("not idle after release: %+v", s)
+			}
+		})
+	}
+}
+
+func TestCancelledImageWaiterUnblocksLLM(t *testing.T) {
+	l := New(&recorder{}, Options{})
+	bg := context.Background()
+	l.AcquireShared(bg)
+	ctx, cancel := context.WithCancel(bg)
+	img := acquireAsync(l, ctx, Image)
+	waitFor(t, l, "image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
+	llm := acquireAsync(l, bg, LLM)
+	waitFor(t, l, "llm waiter", func(s Snapshot) bool { return s.SharedWaiting == 1 })
+	cancel()
+	<-img
+	if err := <-llm; err != nil {
+		t.Fatalf("LLM waiter not admitted after the image waiter left: %v", err)
+	}
+	if s := l.Snapshot(); s.Shared != 2 || s.State != LLM {
+		t.Fatalf("snapshot %+v, want 2 shared holders", s)
+	}
+	l.ReleaseShared()
+	l.ReleaseShared()
+}
+
+// A waiter whose context ends just as it is granted must not leak the hold,
+// and an exclusive one must still pay the debt it inherited.
+func TestCancelRacingGrant(t *testing.T) {
+	for i := range 300 {
+		r := &recorder{}
+		l := New(r, Options{})
+		bg := context.Background()
+		l.AcquireExclusive(bg, Image)
+		ctx, cancel := context.WithCancel(bg)
+		kind := []State{LLM, Image, Hold}[i%3]
+		ch := acquireAsync(l, ctx, kind)
+		waitFor(t, l, "waiter", func(s Snapshot) bool {
+			return s.SharedWaiting+s.ImageWaiting+s.HoldWaiting == 1
+		})
+		go cancel()
+		l.ReleaseExclusive(true)
+		if err := <-ch; err == nil {
+			if kind == LLM {
+				l.ReleaseShared()
+			} else {
+				l.ReleaseExclusive(false)
+			}
+		}
+		if s := l.Snapshot(); s != (Snapshot{}) {
+			t.Fatalf("iteration %d (%v): lock not idle: %+v", i, kind, s)
+		}
+		if r.frees.Load() != 1 {
+			t.Fatalf("iteration %d (%v): frees %d, want exactly 1", i, kind, r.frees.Load())
+		}
+	}
+}
+
+func TestWaiterArrivingDuringFreeIsServedAfterIt(t *testing.T) {
+	r := &recorder{}
+	l := New(r, Options{})
+	bg := context.Background()
+	inFree := make(chan struct{})
+	proceed := make(chan struct{})
+	r.onFree = func() { close(inFree); <-proceed }
+	l.AcquireExclusive(bg, Image)
+	released := make(chan bool)
+	go func() { released <- l.ReleaseExclusive(true) }()
+	<-inFree
+	if l.TryAcquireShared() {
+		t.Fatal("shared admitted during a free")
+	}
+	if s := l.State(); s != Image {
+		t.Fatalf("state during free %v, want image", s)
+	}
+	hold := acquireAsync(l, bg, Hold)
+	waitFor(t, l, "hold waiter", func(s Snapshot) bool { return s.HoldWaiting == 1 })
+	close(proceed)
+	if !<-released {
+		t.Fatal("the hold that arrived during the free was not handed the lock")
+	}
+	if err := <-hold; err != nil {
+		t.Fatal(err)
+	}
+	if l.OwesFree() {
+		t.Fatal("debt still owed after the free ran")
+	}
+	l.ReleaseExclusive(false)
+	if r.frees.Load() != 1 {
+		t.Fatalf("frees %d, want 1", r.frees.Load())
+	}
+}
+
+func TestMaxExclusiveStreakGivesLLMATurn(t *testing.T) {
+	l := New(&recorder{}, Options{MaxExclusiveStreak: 2})
+	bg := context.Background()
+	l.AcquireExclusive(bg, Image) // a job runs
+	llm := acquireAsync(l, bg, LLM)
+	waitFor(t, l, "llm waiter", func(s Snapshot) bool { return s.SharedWaiting == 1 })
+	imgs := make([]<-chan error, 3)
+	for i := range imgs {
+		imgs[i] = acquireAsync(l, bg, Image)
+		waitFor(t, l, "image waiters", func(s Snapshot) bool { return s.ImageWaiting == i+1 })
+	}
+	// The first job was granted with no LLM waiting; the next two make the
+	// streak, and then the LLM request gets its turn.
+	l.ReleaseExclusive(true)
+	<-imgs[0]
+	l.ReleaseExclusive(true)
+	<-imgs[1]
+	mustNotBeDone(t, llm, "llm before the streak bound")
+	if l.ReleaseExclusive(true) {
+		t.Fatal("handed over past the streak bound")
+	}
+	if err := <-llm; err != nil {
+		t.Fatal(err)
+	}
+	// New LLM requests still queue behind the waiting image job.
+	if l.TryAcquireShared() {
+		t.Fatal("new shared holder admitted while an image waits")
+	}
+	l.ReleaseShared()
+	if err := <-imgs[2]; err != nil {
+		t.Fatal(err)
+	}
+	l.ReleaseExclusive(false)
+}
+
+func TestStrictPriorityByDefault(t *testing.T) {
+	l := New(&recorder{}, Options{})
+	bg := context.Background()
+	l.AcquireExclusive(bg, Image)
+	llm := acquireAsync(l, bg, LLM)
+	waitFor(t, l, "llm waiter", func(s Snapshot) bool { return s.SharedWaiting == 1 })
+	for i := range 5 {
+		img := acquireAsync(l, bg, Image)
+		waitFor(t, l, "image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
+		if !l.ReleaseExclusive(true) {
+			t.Fatalf("job %d: not handed over to the next image", i)
+		}
+		<-img
+	}
+	mustNotBeDone(t, llm, "llm under strict priority")
+	l.ReleaseExclusive(true)
+	<-llm
+	l.ReleaseShared()
+}
+
+func TestMisuse(t *testing.T) {
+	for name, f := range map[string]func(l *Lock){
+		"release shared unheld":    func(l *Lock) { l.ReleaseShared() },
+		"release exclusive unheld": func(l *Lock) { l.ReleaseExclusive(false) },
+		"exclusive kind llm":       func(l *Lock) { l.AcquireExclusive(context.Background(), LLM) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				if recover() == nil {
+					t.Fatal("no panic")
+				}
+			}()
+			f(New(&recorder{}, Options{}))
+		})
+	}
+}
+
+// checker is an Effects that asserts the exclusion invariant from the
+// holders' side: it is told of every grant and release by the workers.
+type checker struct {
+	t      *testing.T
+	mu     sync.Mutex
+	shared int
+	excl   int
+	frees  atomic.Int64
+}
+
+func (c *checker) Free()                     { c.frees.Add(1) }
+func (c *checker) Transition(from, to State) {}
+
+func (c *checker) enter(exclusive bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if exclusive {
+		c.excl++
+	} else {
+		c.shared++
+	}
+	if c.excl > 1 || (c.excl > 0 && c.shared > 0) {
+		c.t.Errorf("exclusion broken: %d exclusive, %d shared", c.excl, c.shared)
+	}
+}
+
+func (c *checker) leave(exclusive bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if exclusive {
+		c.excl--
+	} else {
+		c.shared--
+	}
+}
+
+// TestRandomisedExclusion runs many goroutines that take and give back the
+// lock in random ways, with random cancellations, and checks exclusion at
+// every grant, then that the lock ends idle with nothing queued.
+func TestRandomisedExclusion(t *testing.T) {
+	for _, streak := range []int{0, 1, 3} {
+		seed := uint64(time.Now().UnixNano())
+		t.Run(fmt.Sprintf("streak=%d/seed=%d", streak, seed), func(t *testing.T) {
+			c := &checker{t: t}
+			l := New(c, Options{MaxExclusiveStreak: streak})
+			var wg sync.WaitGroup
+			var granted, cancelled atomic.Int64
+			for w := range 16 {
+				rng := rand.New(rand.NewPCG(seed, uint64(w)))
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range 300 {
+						kind := []State{LLM, LLM, LLM, LLM, Image, Hold}[rng.IntN(6)]
+						ctx, cancel := context.WithCancel(context.Background())
+						if rng.IntN(5) == 0 {
+							time.AfterFunc(time.Duration(rng.IntN(50))*time.Microsecond, cancel)
+						}
+						var err error
+						if kind == LLM {
+							if rng.IntN(4) == 0 {
+								if !l.TryAcquireShared() {
+									err = context.Canceled
+								}
+							} else {
+								err = l.AcquireShared(ctx)
+							}
+						} else {
+							err = l.AcquireExclusive(ctx, kind)
+						}
+						cancel()
+						if err != nil {
+							cancelled.Add(1)
+							continue
+						}
+						granted.Add(1)
+						c.enter(kind != LLM)
+						if rng.IntN(3) == 0 {
+							time.Sleep(time.Duration(rng.IntN(20)) * time.Microsecond)
+						}
+						c.leave(kind != LLM)
+						if kind == LLM {
+							l.ReleaseShared()
+						} else {
+							l.ReleaseExclusive(kind == Image && rng.IntN(2) == 0)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if s := l.Snapshot(); s != (Snapshot{}) {
+				t.Fatalf("lock not idle at end: %+v", s)
+			}
+			t.Logf("granted %d, cancelled or refused %d, frees %d", granted.Load(), cancelled.Load(), c.frees.Load())
+		})
+	}
+}
