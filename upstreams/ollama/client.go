@@ -1,0 +1,180 @@
+// Package ollama is the turnstile's client for Ollama: it lists the loaded
+// models, unloads them and confirms they are gone, and warms a model. It
+// never proxies user traffic; Caddy's reverse_proxy does.
+package ollama
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Client talks to one Ollama server.
+type Client struct {
+	base string
+	hc   *http.Client
+}
+
+// NewClient returns a client for the Ollama server at baseURL
+// (e.g. http://127.0.0.1:11435). hc may be nil.
+func NewClient(baseURL string, hc *http.Client) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("invalid Ollama URL %q: want http(s)://host:port", baseURL)
+	}
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	return &Client{base: strings.TrimRight(baseURL, "/"), hc: hc}, nil
+}
+
+// URL returns the server's base URL.
+func (c *Client) URL() string { return c.base }
+
+// RunningModel is one entry of /api/ps.
+type RunningModel struct {
+	Name      string    `json:"name"`
+	Model     string    `json:"model"`
+	Size      int64     `json:"size"`
+	SizeVRAM  int64     `json:"size_vram"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// PS lists the models Ollama has loaded.
+func (c *Client) PS(ctx context.Context) ([]RunningModel, error) {
+	var out struct {
+		Models []RunningModel `json:"models"`
+	}
+	if err := c.do(ctx, http.MethodGet, "/api/ps", nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Models, nil
+}
+
+// Unload asks Ollama to unload a model (keep_alive 0). Ollama answers at
+// once and unloads asynchronously, after the model's running requests; the
+// model leaves /api/ps when its runner has exited. A model Ollama does not
+// know is not loaded, so that is not an error.
+func (c *Client) Unload(ctx context.Context, model string) error {
+	err := c.do(ctx, http.MethodPost, "/api/generate", map[string]any{"model": model, "keep_alive": 0}, nil)
+	var se *StatusError
+	if errors.As(err, &se) && se.Status == http.StatusNotFound {
+		return nil
+	}
+	return err
+}
+
+// Warm loads a model and returns once it is loaded. keepAlive is passed as
+// Ollama's keep_alive ("" leaves the server default).
+func (c *Client) Warm(ctx context.Context, model, keepAlive string) error {
+	body := map[string]any{"model": model}
+	if keepAlive != "" {
+		body["keep_alive"] = keepAlive
+	}
+	return c.do(ctx, http.MethodPost, "/api/generate", body, nil)
+}
+
+// UnloadAll unloads every loaded model and polls /api/ps until it lists
+// none, or ctx ends. It polls fast at first (most unloads take well under
+// a second) and backs off to maxInterval. A model that appears while it
+// polls (loaded by someone who bypassed the turnstile) is unloaded too. It
+// returns the names it asked to unload.
+func (c *Client) UnloadAll(ctx context.Context, maxInterval time.Duration) ([]string, error) {
+	asked := map[string]bool{}
+	var names []string
+	interval := 5 * time.Millisecond
+	for {
+		models, err := c.PS(ctx)
+		if err != nil {
+			return names, fmt.Errorf("list loaded models: %w", err)
+		}
+		if len(models) == 0 {
+			return names, nil
+		}
+		for _, m := range models {
+			name := m.Name
+			if name == "" {
+				name = m.Model
+			}
+			if asked[name] {
+				continue
+			}
+			asked[name] = true
+			names = append(names, name)
+			if err := c.Unload(ctx, name); err != nil {
+				return names, fmt.Errorf("unload %s: %w", name, err)
+			}
+		}
+		t := time.NewTimer(interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			left := make([]string, 0, len(models))
+			for _, m := range models {
+				left = append(left, m.Name)
+			}
+			return names, fmt.Errorf("ollama still lists %s: %w", strings.Join(left, ", "), ctx.Err())
+		case <-t.C:
+		}
+		interval = min(interval*2, maxInterval)
+	}
+}
+
+// StatusError is a non-2xx answer from Ollama.
+type StatusError struct {
+	Status  int
+	Message string
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("ollama answered %d: %s", e.Status, e.Message)
+}
+
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(data, &e) != nil || e.Error == "" {
+			e.Error = strings.TrimSpace(string(data))
+		}
+		return &StatusError{Status: resp.StatusCode, Message: e.Error}
+	}
+	if out == nil {
+		return nil
+	}
+	// A warm-up or unload may stream NDJSON if the server ignores
+	// stream:false; the first object is enough.
+	return json.NewDecoder(bytes.NewReader(data)).Decode(out)
+}
