@@ -106,6 +106,13 @@ func New(effects Effects, opts Options) *Lock {
 	return &Lock{effects: effects, opts: opts, gate: make(chan struct{})}
 }
 
+// SetOptions changes the policy; it applies from the next decision on.
+func (l *Lock) SetOptions(opts Options) {
+	l.mu.Lock()
+	l.opts = opts
+	l.mu.Unlock()
+}
+
 // TryAcquireShared takes a shared hold if that is possible without waiting:
 // no exclusive holder, no exclusive waiter. It never allocates.
 func (l *Lock) TryAcquireShared() bool {

@@ -224,3 +224,44 @@ func outcomeOf(st JobStatus) Outcome {
 	}
 	return Success
 }
+
+// WaitIdle returns when ComfyUI's queue is empty (nothing running or
+// pending), when ComfyUI refuses connections, or when ctx ends. Like
+// WaitJob it wakes at every change w reports and polls as a fallback.
+func (c *Client) WaitIdle(ctx context.Context, w *Watcher, poll time.Duration) error {
+	for {
+		var changed <-chan struct{}
+		interval := poll
+		if w != nil {
+			changed = w.Changed()
+			if w.Connected() {
+				interval = 5 * poll
+			}
+		}
+		running, pending, err := c.Queue(ctx)
+		switch {
+		case err == nil && len(running)+len(pending) == 0:
+			return nil
+		case err != nil && Refused(err):
+			return nil
+		}
+		t := time.NewTimer(interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(ctx.Err(), err)
+		case <-changed:
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+// Interrupt stops a running job at its next node; a pending one is
+// removed from the queue.
+func (c *Client) Interrupt(ctx context.Context, promptID string) error {
+	if err := c.do(ctx, "POST", "/queue", map[string][]string{"delete": {promptID}}, nil); err != nil {
+		return err
+	}
+	return c.do(ctx, "POST", "/interrupt", map[string]string{"prompt_id": promptID}, nil)
+}

@@ -1,0 +1,263 @@
+package turnstile
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+)
+
+func init() {
+	caddy.RegisterModule(Admin{})
+}
+
+// Admin serves the turnstiles' admin routes on Caddy's admin endpoint
+// (never on the proxied listeners):
+//
+//	GET    /gpu_turnstile/status            every turnstile's status
+//	GET    /gpu_turnstile/history[?turnstile=NAME]
+//	GET    /gpu_turnstile/holds             active holds
+//	POST   /gpu_turnstile/holds             {"turnstile","owner","ttl"} -> 201 once held
+//	POST   /gpu_turnstile/holds/{id}/renew  [{"ttl"}]
+//	DELETE /gpu_turnstile/holds/{id}
+type Admin struct{}
+
+// CaddyModule returns the Caddy module information.
+func (Admin) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "admin.api.gpu_turnstile",
+		New: func() caddy.Module { return new(Admin) },
+	}
+}
+
+// Routes returns the admin routes.
+func (a Admin) Routes() []caddy.AdminRoute {
+	return []caddy.AdminRoute{{Pattern: "/gpu_turnstile/", Handler: caddy.AdminHandlerFunc(a.serve)}}
+}
+
+func (a Admin) serve(w http.ResponseWriter, r *http.Request) error {
+	rest := strings.Trim(strings.TrimPrefix(r.URL.Path, "/gpu_turnstile/"), "/")
+	parts := strings.Split(rest, "/")
+	switch {
+	case rest == "status":
+		if err := allow(r, http.MethodGet); err != nil {
+			return err
+		}
+		return writeJSON(w, http.StatusOK, allStatus())
+	case rest == "history":
+		if err := allow(r, http.MethodGet); err != nil {
+			return err
+		}
+		ts, err := adminTurnstile(r.URL.Query().Get("turnstile"))
+		if err != nil {
+			return err
+		}
+		return writeJSON(w, http.StatusOK, ts.history.view(time.Time{}))
+	case rest == "holds":
+		switch r.Method {
+		case http.MethodGet:
+			return writeJSON(w, http.StatusOK, allHolds())
+		case http.MethodPost:
+			return a.createHold(w, r)
+		}
+		return allow(r, http.MethodGet, http.MethodPost)
+	case len(parts) == 2 && parts[0] == "holds":
+		if err := allow(r, http.MethodDelete); err != nil {
+			return err
+		}
+		h := findHold(parts[1])
+		if h == nil || !h.end("released") {
+			return apiError(http.StatusNotFound, "no hold %q (it may have expired)", parts[1])
+		}
+		return writeJSON(w, http.StatusOK, map[string]any{"id": h.ID, "released": true})
+	case len(parts) == 3 && parts[0] == "holds" && parts[2] == "renew":
+		if err := allow(r, http.MethodPost); err != nil {
+			return err
+		}
+		var req struct {
+			TTL json.RawMessage `json:"ttl"`
+		}
+		if err := decodeBody(r, &req, true); err != nil {
+			return err
+		}
+		h := findHold(parts[1])
+		if h == nil {
+			return apiError(http.StatusNotFound, "no hold %q (it may have expired)", parts[1])
+		}
+		ttl, err := parseTTL(req.TTL, h.TTL)
+		if err != nil {
+			return err
+		}
+		if !h.renew(ttl) {
+			return apiError(http.StatusNotFound, "hold %q has ended", parts[1])
+		}
+		return writeJSON(w, http.StatusOK, h.status())
+	}
+	return apiError(http.StatusNotFound, "no such route: %s", r.URL.Path)
+}
+
+func (a Admin) createHold(w http.ResponseWriter, r *http.Request) error {
+	var req struct {
+		Turnstile string          `json:"turnstile"`
+		Owner     string          `json:"owner"`
+		TTL       json.RawMessage `json:"ttl"`
+	}
+	// The body is read to its end before waiting: only then does the
+	// server notice a client that goes away (and cancel the wait).
+	if err := decodeBody(r, &req, false); err != nil {
+		return err
+	}
+	ts, err := adminTurnstile(req.Turnstile)
+	if err != nil {
+		return err
+	}
+	ttl, err := parseTTL(req.TTL, defaultHoldTTL)
+	if err != nil {
+		return err
+	}
+	owner := strings.TrimSpace(req.Owner)
+	if owner == "" {
+		owner = "unnamed"
+	}
+	if len(owner) > 200 {
+		return apiError(http.StatusBadRequest, "owner: longer than 200 bytes")
+	}
+	h, err := ts.takeHold(r.Context(), owner, ttl)
+	switch {
+	case err == nil:
+		return writeJSON(w, http.StatusCreated, h.status())
+	case r.Context().Err() != nil:
+		return nil // the client went away; nothing is held
+	case errors.Is(err, errHoldPrepare):
+		return apiError(http.StatusServiceUnavailable, "%v", err)
+	}
+	return err
+}
+
+func allStatus() map[string]any {
+	all := map[string]Status{}
+	turnstiles.Range(func(k, v any) bool {
+		all[k.(string)] = v.(*turnstile).status()
+		return true
+	})
+	// The default turnstile's fields at the top level keep this answer a
+	// superset of the handler's, for tools written against either.
+	out := map[string]any{"turnstiles": all}
+	names := make([]string, 0, len(all))
+	for n := range all {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	top, ok := all["default"]
+	if !ok && len(names) > 0 {
+		top, ok = all[names[0]]
+	}
+	if ok {
+		out["state"], out["llm_inflight"], out["image_pending"] = top.State, top.LLMInflight, top.ImagePending
+	}
+	return out
+}
+
+func allHolds() map[string]any {
+	holds := []holdStatus{}
+	turnstiles.Range(func(_, v any) bool {
+		holds = append(holds, v.(*turnstile).status().Holds...)
+		return true
+	})
+	return map[string]any{"holds": holds}
+}
+
+func adminTurnstile(name string) (*turnstile, error) {
+	if name == "" {
+		name = defaultName
+	}
+	var ts *turnstile
+	turnstiles.Range(func(k, v any) bool {
+		if k.(string) == name {
+			ts = v.(*turnstile)
+		}
+		return ts == nil
+	})
+	if ts == nil {
+		return nil, apiError(http.StatusNotFound, "no turnstile named %q", name)
+	}
+	return ts, nil
+}
+
+// parseTTL reads a ttl given as a duration string ("2m") or a number of
+// seconds.
+func parseTTL(raw json.RawMessage, def time.Duration) (time.Duration, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return def, nil
+	}
+	var ttl time.Duration
+	var secs float64
+	var s string
+	switch {
+	case json.Unmarshal(raw, &secs) == nil:
+		ttl = time.Duration(secs * float64(time.Second))
+	case json.Unmarshal(raw, &s) == nil:
+		d, err := caddy.ParseDuration(s)
+		if err != nil {
+			return 0, apiError(http.StatusBadRequest, "ttl: %v", err)
+		}
+		ttl = d
+	default:
+		return 0, apiError(http.StatusBadRequest, "ttl: want a duration such as \"2m\" or seconds, got %s", raw)
+	}
+	if ttl <= 0 || ttl > maxHoldTTL {
+		return 0, apiError(http.StatusBadRequest, "ttl: %v is outside (0, %v]", ttl, maxHoldTTL)
+	}
+	return ttl, nil
+}
+
+// decodeBody reads a small JSON body strictly: unknown fields and trailing
+// data are errors. An empty body is allowed only if optional.
+func decodeBody(r *http.Request, v any, optional bool) error {
+	data, err := io.ReadAll(io.LimitReader(r.Body, 64<<10+1))
+	if err != nil {
+		return apiError(http.StatusBadRequest, "reading body: %v", err)
+	}
+	if len(data) > 64<<10 {
+		return apiError(http.StatusRequestEntityTooLarge, "body larger than 64 KiB")
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		if optional {
+			return nil
+		}
+		return apiError(http.StatusBadRequest, "empty body: want JSON like {\"turnstile\":\"default\",\"owner\":\"steam\",\"ttl\":\"2m\"}")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return apiError(http.StatusBadRequest, "invalid JSON body: %v", err)
+	}
+	if dec.More() {
+		return apiError(http.StatusBadRequest, "invalid JSON body: data after the object")
+	}
+	return nil
+}
+
+func allow(r *http.Request, methods ...string) error {
+	for _, m := range methods {
+		if r.Method == m {
+			return nil
+		}
+	}
+	return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed,
+		Err: fmt.Errorf("method %s not allowed; use %s", r.Method, strings.Join(methods, " or "))}
+}
+
+func apiError(status int, format string, args ...any) error {
+	return caddy.APIError{HTTPStatus: status, Err: fmt.Errorf("gpu_turnstile: "+format, args...)}
+}
+
+// Interface guards
+var _ caddy.AdminRouter = Admin{}

@@ -1,0 +1,164 @@
+package turnstile
+
+import (
+	"sync"
+	"time"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
+)
+
+// historySize is how many entries each ring keeps: at a few bytes an
+// entry, memory stays fixed whatever the uptime.
+const historySize = 512
+
+// history keeps the recent past of one turnstile in fixed-size rings: state
+// transitions, finished jobs, and timed steps (unload, free, warm). The
+// status page and GET .../history read it.
+type history struct {
+	mu          sync.Mutex
+	transitions ring[transitionEntry]
+	jobs        ring[jobEntry]
+	events      ring[eventEntry]
+}
+
+type transitionEntry struct {
+	At   time.Time `json:"at"`
+	From string    `json:"from"`
+	To   string    `json:"to"`
+}
+
+type jobEntry struct {
+	PromptID string    `json:"prompt_id,omitempty"`
+	Source   string    `json:"source"`
+	Started  time.Time `json:"started"`
+	Seconds  float64   `json:"seconds"`
+	Outcome  string    `json:"outcome"`
+}
+
+type eventEntry struct {
+	At      time.Time `json:"at"`
+	Kind    string    `json:"kind"` // unload, free, warm
+	Seconds float64   `json:"seconds"`
+	Detail  string    `json:"detail,omitempty"`
+}
+
+func newHistory(size int) *history {
+	return &history{
+		transitions: newRing[transitionEntry](size),
+		jobs:        newRing[jobEntry](size),
+		events:      newRing[eventEntry](size),
+	}
+}
+
+// idleGapMerge is the shortest idle gap between two LLM periods that the
+// timeline keeps; shorter ones (one chat after another) would flood it.
+const idleGapMerge = time.Second
+
+func (h *history) addTransition(at time.Time, from, to lock.State) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if last, ok := h.transitions.last(); ok && from == lock.Idle && to == lock.LLM &&
+		last.From == "llm" && last.To == "idle" && at.Sub(last.At) < idleGapMerge {
+		h.transitions.pop()
+		return
+	}
+	h.transitions.add(transitionEntry{At: at, From: from.String(), To: to.String()})
+}
+
+func (h *history) addJob(j jobEntry) {
+	h.mu.Lock()
+	h.jobs.add(j)
+	h.mu.Unlock()
+}
+
+func (h *history) addEvent(kind string, took time.Duration, detail string) {
+	h.mu.Lock()
+	h.events.add(eventEntry{At: time.Now(), Kind: kind, Seconds: took.Seconds(), Detail: detail})
+	h.mu.Unlock()
+}
+
+// historyView is the JSON form of a history.
+type historyView struct {
+	Transitions []transitionEntry `json:"transitions"`
+	Jobs        []jobEntry        `json:"jobs"`
+	Events      []eventEntry      `json:"events"`
+}
+
+// view returns the entries newer than since (all if zero), oldest first.
+func (h *history) view(since time.Time) historyView {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return historyView{
+		Transitions: filter(h.transitions.items(), func(e transitionEntry) bool { return e.At.After(since) }),
+		Jobs:        filter(h.jobs.items(), func(e jobEntry) bool { return e.Started.Add(time.Duration(e.Seconds * float64(time.Second))).After(since) }),
+		Events:      filter(h.events.items(), func(e eventEntry) bool { return e.At.After(since) }),
+	}
+}
+
+// recentJobSeconds returns the durations of the last n successful jobs.
+func (h *history) recentJobSeconds(n int) []float64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []float64
+	items := h.jobs.items()
+	for i := len(items) - 1; i >= 0 && len(out) < n; i-- {
+		if items[i].Outcome == "success" {
+			out = append(out, items[i].Seconds)
+		}
+	}
+	return out
+}
+
+func filter[T any](items []T, keep func(T) bool) []T {
+	out := items[:0]
+	for _, it := range items {
+		if keep(it) {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+// ring is a fixed-size circular buffer; once full, each new entry
+// replaces the oldest.
+type ring[T any] struct {
+	buf   []T
+	start int // index of the oldest entry
+	n     int // entries held
+}
+
+func newRing[T any](size int) ring[T] { return ring[T]{buf: make([]T, size)} }
+
+func (r *ring[T]) add(v T) {
+	if r.n < len(r.buf) {
+		r.buf[(r.start+r.n)%len(r.buf)] = v
+		r.n++
+		return
+	}
+	r.buf[r.start] = v
+	r.start = (r.start + 1) % len(r.buf)
+}
+
+func (r *ring[T]) last() (T, bool) {
+	if r.n == 0 {
+		var zero T
+		return zero, false
+	}
+	return r.buf[(r.start+r.n-1)%len(r.buf)], true
+}
+
+// pop removes the newest entry.
+func (r *ring[T]) pop() {
+	if r.n > 0 {
+		r.n--
+	}
+}
+
+// items returns a copy of the entries, oldest first.
+func (r *ring[T]) items() []T {
+	out := make([]T, r.n)
+	for i := range out {
+		out[i] = r.buf[(r.start+i)%len(r.buf)]
+	}
+	return out
+}

@@ -1,0 +1,122 @@
+package turnstile
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+)
+
+// waitBodyLimit bounds how much of a request body is read into memory
+// before the request waits for the GPU. Reading the body to its end is
+// what lets Go's server notice a client that goes away while waiting; a
+// larger body waits with its rest unread (llm_wait_timeout still bounds
+// the wait).
+const waitBodyLimit = 8 << 20
+
+// statusClientClosed is the status Caddy logs for a client that went away.
+const statusClientClosed = 499
+
+// serveLLM serves a request that shares the GPU with other LLM requests.
+func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	ts := h.ts
+	// Fast path: the GPU is free for LLM use; no buffering, no allocation.
+	if ts.lock.TryAcquireShared() {
+		ts.metrics.waitLLM.Observe(0)
+		defer ts.lock.ReleaseShared()
+		return next.ServeHTTP(w, r)
+	}
+	c := ts.cfg()
+	if c.reject {
+		ts.metrics.busyReject.Inc()
+		return ts.writeBusy(w, r, c, "reject")
+	}
+	if err := bufferBody(r, waitBodyLimit); err != nil {
+		return err
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(r.Context(), c.llmWait)
+	err := ts.lock.AcquireShared(ctx)
+	cancel()
+	waited := time.Since(start)
+	if err != nil {
+		if r.Context().Err() != nil {
+			return caddyhttp.Error(statusClientClosed, fmt.Errorf("gpu_turnstile: client went away after waiting %v for the GPU", waited.Round(time.Millisecond)))
+		}
+		ts.metrics.busyTimeout.Inc()
+		ts.log().Warn("LLM request waited llm_wait_timeout for the GPU; answered busy",
+			zap.Duration("llm_wait_timeout", c.llmWait), zap.String("path", r.URL.Path))
+		return ts.writeBusy(w, r, c, "timeout")
+	}
+	ts.metrics.waitLLM.Observe(waited.Seconds())
+	defer ts.lock.ReleaseShared()
+	return next.ServeHTTP(w, r)
+}
+
+// bufferBody reads up to limit bytes of the request body into memory and
+// puts them back in front of whatever is left.
+func bufferBody(r *http.Request, limit int64) error {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	var buf bytes.Buffer
+	if r.ContentLength > 0 && r.ContentLength <= limit {
+		buf.Grow(int(r.ContentLength))
+	}
+	n, err := buf.ReadFrom(io.LimitReader(r.Body, limit))
+	if err != nil {
+		return caddyhttp.Error(http.StatusBadRequest, fmt.Errorf("gpu_turnstile: reading request body: %w", err))
+	}
+	if n < limit {
+		r.Body.Close()
+		r.Body = io.NopCloser(bytes.NewReader(buf.Bytes()))
+		return nil
+	}
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(buf.Bytes()), r.Body), r.Body}
+	return nil
+}
+
+// writeBusy answers an LLM request that cannot have the GPU now, in the
+// error format of the API the client spoke, with Retry-After.
+func (ts *turnstile) writeBusy(w http.ResponseWriter, r *http.Request, c *config, reason string) error {
+	retry := retryAfterSeconds(ts.retryAfter(c))
+	state := ts.lock.State().String()
+	why := "an image job"
+	if state == "hold" {
+		why = "an external hold"
+	}
+	msg := fmt.Sprintf("gpu_turnstile: the GPU is busy with %s; retry after %ds", why, retry)
+	if reason == "timeout" {
+		msg = fmt.Sprintf("gpu_turnstile: waited %v for the GPU, busy with %s; retry after %ds", c.llmWait, why, retry)
+	}
+	w.Header().Set("Retry-After", strconv.Itoa(retry))
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(c.busyStatus)
+	var body any = map[string]string{"error": msg}
+	if strings.HasPrefix(strings.ToLower(r.URL.Path), "/v1/") {
+		typ := "server_error"
+		if c.busyStatus == http.StatusTooManyRequests {
+			typ = "rate_limit_error"
+		}
+		body = map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": "gpu_busy"}}
+	}
+	json.NewEncoder(w).Encode(body) // a client gone by now has nothing to be told
+	return nil
+}
+
+// retryAfter is the Retry-After of a busy answer.
+func (ts *turnstile) retryAfter(c *config) time.Duration {
+	return c.retryAfter
+}

@@ -1,0 +1,160 @@
+package turnstile
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
+)
+
+// The collectors are made once per process and registered into every
+// config's registry, so values carry across reloads. Gauges are read from
+// the turnstiles at scrape time, which keeps them off the request path.
+var (
+	imageJobs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpu_turnstile_image_jobs_total",
+		Help: "Image jobs that held the GPU, by how they ended (success, error, interrupted, lost, timeout).",
+	}, []string{"turnstile", "outcome"})
+
+	lockWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "gpu_turnstile_lock_wait_seconds",
+		Help:    "Time requests waited for the GPU, by kind (llm, image, hold).",
+		Buckets: []float64{0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
+	}, []string{"turnstile", "kind"})
+
+	unloadSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "gpu_turnstile_unload_seconds",
+		Help:    "Time Ollama took to unload its models before exclusive use.",
+		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60},
+	}, []string{"turnstile"})
+
+	freeSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "gpu_turnstile_free_seconds",
+		Help:    "Time ComfyUI took to free its memory after exclusive use.",
+		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30},
+	}, []string{"turnstile"})
+
+	warmSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "gpu_turnstile_warm_seconds",
+		Help:    "Time the warm_model took to load after exclusive use.",
+		Buckets: []float64{0.5, 1, 2, 5, 10, 30, 60, 120},
+	}, []string{"turnstile"})
+
+	jobSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "gpu_turnstile_job_seconds",
+		Help:    "Time image jobs held the GPU, from the prompt to the job's end, by outcome.",
+		Buckets: []float64{1, 5, 10, 30, 60, 120, 300, 600, 900, 1800},
+	}, []string{"turnstile", "outcome"})
+
+	busyAnswers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpu_turnstile_busy_total",
+		Help: "LLM requests answered busy, by reason (reject: reject mode; timeout: llm_wait_timeout passed).",
+	}, []string{"turnstile", "reason"})
+
+	holdEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpu_turnstile_holds_total",
+		Help: "External holds, by event (granted, released, expired, cancelled, failed).",
+	}, []string{"turnstile", "event"})
+
+	upstreamErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpu_turnstile_upstream_errors_total",
+		Help: "Failed calls the turnstile made to an upstream, by upstream and operation.",
+	}, []string{"turnstile", "upstream", "op"})
+
+	stateDesc = prometheus.NewDesc("gpu_turnstile_state",
+		"What the GPU is used for: 0 idle, 1 llm, 2 image, 3 hold.", []string{"turnstile"}, nil)
+	inflightDesc = prometheus.NewDesc("gpu_turnstile_llm_inflight",
+		"LLM requests holding the GPU.", []string{"turnstile"}, nil)
+	pendingDesc = prometheus.NewDesc("gpu_turnstile_image_pending",
+		"1 while an image job holds or waits for the GPU.", []string{"turnstile"}, nil)
+	waitingDesc = prometheus.NewDesc("gpu_turnstile_waiting",
+		"Requests waiting for the GPU, by kind (llm, image, hold).", []string{"turnstile", "kind"}, nil)
+	holdsDesc = prometheus.NewDesc("gpu_turnstile_holds_active",
+		"External holds that own the GPU now.", []string{"turnstile"}, nil)
+)
+
+// stateCollector reports the live gauges of every turnstile at scrape time.
+type stateCollector struct{}
+
+func (stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{stateDesc, inflightDesc, pendingDesc, waitingDesc, holdsDesc} {
+		ch <- d
+	}
+}
+
+func (stateCollector) Collect(ch chan<- prometheus.Metric) {
+	turnstiles.Range(func(_, v any) bool {
+		ts := v.(*turnstile)
+		st := ts.status()
+		gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{ts.name}, labels...)...)
+		}
+		gauge(stateDesc, float64(stateNumber(st.State)))
+		gauge(inflightDesc, float64(st.LLMInflight))
+		pending := 0.0
+		if st.ImagePending {
+			pending = 1
+		}
+		gauge(pendingDesc, pending)
+		gauge(waitingDesc, float64(st.LLMWaiting), "llm")
+		gauge(waitingDesc, float64(st.ImageWaiting), "image")
+		gauge(waitingDesc, float64(st.HoldWaiting), "hold")
+		gauge(holdsDesc, float64(len(st.Holds)))
+		return true
+	})
+}
+
+func stateNumber(s string) int {
+	for _, st := range lock.States {
+		if st.String() == s {
+			return int(st)
+		}
+	}
+	return -1
+}
+
+var collectors = []prometheus.Collector{
+	imageJobs, lockWait, unloadSeconds, freeSeconds, warmSeconds, jobSeconds,
+	busyAnswers, holdEvents, upstreamErrors, stateCollector{},
+}
+
+// registerMetrics adds the collectors to a config's registry. The same
+// collector already there is expected after a reload and is not an error.
+func registerMetrics(reg *prometheus.Registry) error {
+	if reg == nil {
+		return nil
+	}
+	for _, c := range collectors {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// turnstileMetrics holds one turnstile's series with their labels bound,
+// so the request path observes without a label lookup.
+type turnstileMetrics struct {
+	waitLLM, waitImage, waitHold prometheus.Observer
+	unload, free, warm           prometheus.Observer
+	busyReject, busyTimeout      prometheus.Counter
+	upstreamErrors               *prometheus.CounterVec
+}
+
+func newTurnstileMetrics(name string) *turnstileMetrics {
+	return &turnstileMetrics{
+		waitLLM:        lockWait.WithLabelValues(name, "llm"),
+		waitImage:      lockWait.WithLabelValues(name, "image"),
+		waitHold:       lockWait.WithLabelValues(name, "hold"),
+		unload:         unloadSeconds.WithLabelValues(name),
+		free:           freeSeconds.WithLabelValues(name),
+		warm:           warmSeconds.WithLabelValues(name),
+		busyReject:     busyAnswers.WithLabelValues(name, "reject"),
+		busyTimeout:    busyAnswers.WithLabelValues(name, "timeout"),
+		upstreamErrors: upstreamErrors,
+	}
+}

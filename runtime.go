@@ -1,0 +1,439 @@
+package turnstile
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/comfy"
+)
+
+// turnstiles holds one runtime per turnstile name, process-wide. Each
+// config generation takes a reference in Provision and drops it in
+// Cleanup, so a reload (which provisions the new config before cleaning up
+// the old) keeps the same lock, the same running job and the same holds.
+var turnstiles = caddy.NewUsagePool()
+
+// turnstile is the runtime of one named turnstile: its lock, the settings
+// of the config now running, and the work in flight. It outlives any one
+// config.
+type turnstile struct {
+	name    string
+	lock    *lock.Lock
+	metrics *turnstileMetrics
+	history *history
+
+	cfgp atomic.Pointer[config]
+	logp atomic.Pointer[zap.Logger]
+
+	// ctx ends when the last config that uses this turnstile is cleaned
+	// up (Caddy stops); background work and job watches end with it.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	started   bool
+	watchURL  string
+	watcher   *comfy.Watcher
+	stopWatch context.CancelFunc
+	job       *jobInfo
+	holds     map[string]*hold
+
+	foreign atomic.Bool // a watch over work queued directly on ComfyUI runs
+	warming atomic.Bool // a warm-up holds a shared place
+	ollamaUp,
+	comfyUp reachability
+	wsUp atomic.Bool
+
+	trMu       sync.Mutex // guards the fields Transition writes
+	since      time.Time  // when the current state began
+	lastSwitch time.Time  // when the GPU last went from one service to another
+	lastUser   lock.State // the last non-idle state
+}
+
+// jobInfo describes the image work holding the GPU.
+type jobInfo struct {
+	PromptID string    `json:"prompt_id,omitempty"`
+	Source   string    `json:"source"` // "proxy" or "comfyui" (queued directly)
+	Phase    string    `json:"phase"`  // "unloading", "submitting", "running", "draining queue"
+	Started  time.Time `json:"started"`
+}
+
+// reachability is what the last contact with an upstream showed.
+type reachability struct{ v atomic.Int32 }
+
+func (r *reachability) set(err error) {
+	if err == nil {
+		r.v.Store(1)
+	} else {
+		r.v.Store(2)
+	}
+}
+
+// get returns nil while unknown.
+func (r *reachability) get() *bool {
+	switch r.v.Load() {
+	case 1:
+		t := true
+		return &t
+	case 2:
+		f := false
+		return &f
+	}
+	return nil
+}
+
+func newTurnstile(name string) *turnstile {
+	ctx, cancel := context.WithCancel(context.Background())
+	ts := &turnstile{
+		name:    name,
+		metrics: newTurnstileMetrics(name),
+		history: newHistory(historySize),
+		ctx:     ctx,
+		cancel:  cancel,
+		holds:   map[string]*hold{},
+		since:   time.Now(),
+	}
+	ts.logp.Store(zap.NewNop())
+	ts.lock = lock.New(ts, lock.Options{})
+	return ts
+}
+
+// Destruct implements caddy.Destructor: the last config using this
+// turnstile is gone (Caddy stops). Job watches and holds end, which
+// releases the lock.
+func (ts *turnstile) Destruct() error {
+	ts.endHolds()
+	ts.mu.Lock()
+	if ts.stopWatch != nil {
+		ts.stopWatch()
+	}
+	ts.mu.Unlock()
+	ts.cancel()
+	return nil
+}
+
+func (ts *turnstile) cfg() *config      { return ts.cfgp.Load() }
+func (ts *turnstile) log() *zap.Logger { return ts.logp.Load() }
+
+// apply makes a started config's settings current. It runs in the app's
+// Start, so a config that fails to load changes nothing.
+func (ts *turnstile) apply(c *config, log *zap.Logger) {
+	ts.cfgp.Store(c)
+	ts.logp.Store(log)
+	ts.lock.SetOptions(lock.Options{MaxExclusiveStreak: c.MaxImageStreak})
+
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if c.Comfy != ts.watchURL {
+		if ts.stopWatch != nil {
+			ts.stopWatch()
+			ts.stopWatch, ts.watcher = nil, nil
+		}
+		ts.watchURL = c.Comfy
+		if c.comfy != nil {
+			ctx, cancel := context.WithCancel(ts.ctx)
+			ts.stopWatch = cancel
+			ts.watcher = c.comfy.NewWatcher("gpu-turnstile-"+ts.name+"-"+randomID(), c.backoffInitial, c.backoffMax, ts.reportWatch)
+			go ts.watcher.Run(ctx)
+			go ts.watchForeignWork(ctx, ts.watcher)
+		}
+	}
+	if !ts.started {
+		ts.started = true
+		if c.comfy != nil {
+			// Until ComfyUI's queue is known to be empty, treat the GPU as
+			// ComfyUI's: a job may have been queued before Caddy started.
+			if err := ts.lock.AcquireExclusive(ts.ctx, lock.Image); err == nil {
+				ts.job = &jobInfo{Source: "comfyui", Phase: "start-up probe", Started: time.Now()}
+				go ts.reconcileAtStart(c)
+			}
+		}
+	}
+}
+
+func (ts *turnstile) currentWatcher() *comfy.Watcher {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.watcher
+}
+
+func (ts *turnstile) reportWatch(connected bool, err error) {
+	ts.wsUp.Store(connected)
+	if connected {
+		ts.comfyUp.set(nil)
+		ts.log().Debug("comfyui websocket connected")
+		return
+	}
+	ts.log().Warn("comfyui websocket down; job ends are found by polling until it is back", zap.Error(err))
+}
+
+// reconcileAtStart runs with the lock held exclusively from start-up: it
+// asks ComfyUI whether work is queued, and keeps the GPU for it until it
+// ends. If ComfyUI cannot be asked within probe_timeout, the GPU is
+// released and the websocket watch takes over.
+func (ts *turnstile) reconcileAtStart(c *config) {
+	ctx, cancel := context.WithTimeout(ts.ctx, c.probeTimeout)
+	running, pending, err := ts.probeQueue(ctx, c)
+	cancel()
+	if c.ollama != nil {
+		pctx, cancel := context.WithTimeout(ts.ctx, c.probeTimeout)
+		_, perr := c.ollama.PS(pctx)
+		cancel()
+		ts.ollamaUp.set(perr)
+		if perr != nil {
+			ts.log().Warn("ollama not reachable at start-up", zap.String("url", c.Ollama), zap.Error(perr))
+		}
+	}
+	jobRan := false
+	switch {
+	case err != nil && !comfy.Refused(err):
+		ts.log().Warn("comfyui queue unknown at start-up; GPU released, the websocket watch takes over",
+			zap.String("url", c.Comfy), zap.Error(err))
+	case len(running)+len(pending) > 0:
+		ts.log().Info("comfyui has queued work at start-up; holding the GPU for it",
+			zap.Int("running", len(running)), zap.Int("pending", len(pending)))
+		ts.drainForeign(c)
+		jobRan = true
+	}
+	ts.setJob(nil)
+	ts.releaseExclusive(jobRan)
+}
+
+// probeQueue reads ComfyUI's queue, retrying with backoff while ComfyUI
+// answers with errors, until ctx ends. A refused connection is final: no
+// ComfyUI process, no work.
+func (ts *turnstile) probeQueue(ctx context.Context, c *config) (running, pending []string, err error) {
+	delay := min(c.backoffInitial, 100*time.Millisecond)
+	for {
+		running, pending, err = c.comfy.Queue(ctx)
+		ts.comfyUp.set(err)
+		if err == nil || comfy.Refused(err) || ctx.Err() != nil {
+			return running, pending, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, err
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, c.backoffMax)
+	}
+}
+
+// watchForeignWork takes the GPU for work queued on ComfyUI directly (its
+// own UI on its own port), which bypassed the turnstile: the broadcasts say
+// the queue is not empty while no job of ours holds the GPU.
+func (ts *turnstile) watchForeignWork(ctx context.Context, w *comfy.Watcher) {
+	for {
+		changed := w.Changed()
+		if n, known := w.QueueRemaining(); known && n > 0 && !ts.jobActive() && ts.foreign.CompareAndSwap(false, true) {
+			go ts.runForeign()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
+}
+
+func (ts *turnstile) jobActive() bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.job != nil
+}
+
+func (ts *turnstile) runForeign() {
+	defer ts.foreign.Store(false)
+	c := ts.cfg()
+	ts.log().Info("comfyui has work that did not come through the turnstile; taking the GPU for it")
+	if err := ts.lock.AcquireExclusive(ts.ctx, lock.Image); err != nil {
+		return
+	}
+	ts.metrics.waitImage.Observe(0)
+	ts.setJob(&jobInfo{Source: "comfyui", Phase: "unloading", Started: time.Now()})
+	ts.drainForeign(c)
+	ts.setJob(nil)
+	ts.releaseExclusive(true)
+}
+
+// drainForeign empties Ollama and waits until ComfyUI's queue is empty;
+// the caller holds the lock exclusively.
+func (ts *turnstile) drainForeign(c *config) {
+	if err := ts.unloadOllama(c); err != nil {
+		ts.log().Error("ollama not emptied while comfyui runs work queued directly", zap.Error(err))
+	}
+	ts.setPhase("draining queue")
+	ctx, cancel := context.WithTimeout(ts.ctx, c.jobTimeout)
+	defer cancel()
+	start := time.Now()
+	err := c.comfy.WaitIdle(ctx, ts.currentWatcher(), c.historyPoll)
+	ts.log().Info("comfyui queue drained", zap.Duration("duration", time.Since(start)), zap.Error(err))
+}
+
+func (ts *turnstile) setJob(j *jobInfo) {
+	ts.mu.Lock()
+	ts.job = j
+	ts.mu.Unlock()
+}
+
+func (ts *turnstile) setPhase(phase string) {
+	ts.mu.Lock()
+	if ts.job != nil {
+		j := *ts.job
+		j.Phase = phase
+		ts.job = &j
+	}
+	ts.mu.Unlock()
+}
+
+func (ts *turnstile) setPromptID(id string) {
+	ts.mu.Lock()
+	if ts.job != nil {
+		j := *ts.job
+		j.PromptID, j.Phase = id, "running"
+		ts.job = &j
+	}
+	ts.mu.Unlock()
+}
+
+// errOllamaBusy is returned when Ollama could not be emptied.
+var errOllamaBusy = errors.New("ollama could not be emptied")
+
+// unloadOllama empties Ollama before the GPU goes to an exclusive holder,
+// and confirms it through /api/ps. If Ollama refuses connections its
+// process is not running and holds no memory, so that counts as empty;
+// any other failure means Ollama may still hold the GPU.
+func (ts *turnstile) unloadOllama(c *config) error {
+	if c.ollama == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ts.ctx, c.unloadTimeout)
+	defer cancel()
+	start := time.Now()
+	names, err := c.ollama.UnloadAll(ctx, c.unloadPoll)
+	took := time.Since(start)
+	ts.ollamaUp.set(err)
+	if err != nil && comfy.Refused(err) {
+		ts.log().Warn("ollama refuses connections: not running, so holding no GPU memory", zap.Error(err))
+		return nil
+	}
+	if err != nil {
+		ts.metrics.upstreamErrors.WithLabelValues(ts.name, "ollama", "unload").Inc()
+		return fmt.Errorf("%w: %v", errOllamaBusy, err)
+	}
+	if len(names) > 0 {
+		ts.metrics.unload.Observe(took.Seconds())
+		ts.history.addEvent("unload", took, fmt.Sprintf("%d model(s)", len(names)))
+		ts.log().Info("ollama unloaded", zap.Strings("models", names), zap.Duration("duration", took))
+	}
+	return nil
+}
+
+// Free implements lock.Effects: ComfyUI's memory is freed, and the free
+// confirmed, before the GPU leaves exclusive use.
+func (ts *turnstile) Free() {
+	c := ts.cfg()
+	if c == nil || c.comfy == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ts.ctx, c.freeTimeout)
+	defer cancel()
+	start := time.Now()
+	err := c.comfy.Free(ctx)
+	if err == nil {
+		err = c.comfy.WaitFreed(ctx, c.unloadPoll)
+	}
+	took := time.Since(start)
+	switch {
+	case err == nil:
+		ts.comfyUp.set(nil)
+		ts.metrics.free.Observe(took.Seconds())
+		ts.history.addEvent("free", took, "")
+		ts.log().Info("comfyui freed", zap.Duration("duration", took))
+	case comfy.Refused(err):
+		ts.comfyUp.set(err)
+		ts.log().Warn("comfyui refuses connections: not running, so holding no GPU memory", zap.Error(err))
+	default:
+		ts.metrics.upstreamErrors.WithLabelValues(ts.name, "comfy", "free").Inc()
+		ts.log().Error("comfyui free not confirmed within free_timeout; releasing the GPU anyway",
+			zap.Duration("free_timeout", c.freeTimeout), zap.Error(err))
+	}
+}
+
+// Transition implements lock.Effects. It runs under the lock's mutex.
+func (ts *turnstile) Transition(from, to lock.State) {
+	now := time.Now()
+	ts.trMu.Lock()
+	ts.since = now
+	if to != lock.Idle {
+		if ts.lastUser != lock.Idle && ts.lastUser != to {
+			ts.lastSwitch = now
+		}
+		ts.lastUser = to
+	}
+	ts.trMu.Unlock()
+	ts.history.addTransition(now, from, to)
+	if log := ts.log(); log.Core().Enabled(zap.DebugLevel) {
+		log.Debug("lock transition", zap.Stringer("from", from), zap.Stringer("to", to))
+	}
+}
+
+// releaseExclusive gives the lock back after exclusive use; if it is not
+// handed to another exclusive waiter, the warm model is loaded again.
+func (ts *turnstile) releaseExclusive(jobRan bool) {
+	if !ts.lock.ReleaseExclusive(jobRan) {
+		ts.warm()
+	}
+}
+
+// warm loads warm_model in the background as a shared holder of the lock,
+// so an image job that arrives meanwhile waits for it to finish instead of
+// unloading a model that is still loading. If an exclusive waiter is
+// already queued, there is no point: nothing is warmed.
+func (ts *turnstile) warm() {
+	c := ts.cfg()
+	if c == nil || c.WarmModel == "" || c.ollama == nil || !ts.lock.TryAcquireShared() {
+		return
+	}
+	ts.warming.Store(true)
+	go func() {
+		defer ts.lock.ReleaseShared()
+		defer ts.warming.Store(false)
+		ctx, cancel := context.WithTimeout(ts.ctx, c.warmTimeout)
+		defer cancel()
+		start := time.Now()
+		err := c.ollama.Warm(ctx, c.WarmModel, "")
+		took := time.Since(start)
+		ts.ollamaUp.set(err)
+		if err != nil {
+			ts.metrics.upstreamErrors.WithLabelValues(ts.name, "ollama", "warm").Inc()
+			ts.log().Warn("warm-up failed", zap.String("model", c.WarmModel), zap.Duration("duration", took), zap.Error(err))
+			return
+		}
+		ts.metrics.warm.Observe(took.Seconds())
+		ts.history.addEvent("warm", took, c.WarmModel)
+		ts.log().Info("model warmed", zap.String("model", c.WarmModel), zap.Duration("duration", took))
+	}()
+}
+
+func randomID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Interface guards
+var (
+	_ caddy.Destructor = (*turnstile)(nil)
+	_ lock.Effects     = (*turnstile)(nil)
+)

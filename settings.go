@@ -1,0 +1,215 @@
+package turnstile
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/comfy"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/ollama"
+)
+
+// Settings configure one turnstile: the GPU it guards and the two services
+// that share it. Every duration accepts Caddy's duration syntax; a zero or
+// absent value means the default.
+type Settings struct {
+	// Ollama's URL (e.g. http://127.0.0.1:11435). Empty disables the
+	// Ollama consumer: no unload or warm-up before and after image jobs.
+	Ollama string `json:"ollama,omitempty"`
+
+	// ComfyUI's URL (e.g. http://127.0.0.1:8189). Empty disables the
+	// ComfyUI consumer: image requests pass through untouched. At least one
+	// of ollama and comfy is required.
+	Comfy string `json:"comfy,omitempty"`
+
+	// What a blocked LLM request does: "wait" (default) holds it until the
+	// GPU is free, up to llm_wait_timeout; "reject" answers at once with
+	// llm_busy_status and Retry-After.
+	LLMBusyMode string `json:"llm_busy_mode,omitempty"`
+
+	// The status of busy answers, 400-599. Default 503; 429 suits clients
+	// that back off on rate limits.
+	LLMBusyStatus int `json:"llm_busy_status,omitempty"`
+
+	// The Retry-After of busy answers, rounded up to whole seconds.
+	// Default 30s.
+	BusyRetryAfter caddy.Duration `json:"busy_retry_after,omitempty"`
+
+	// The longest an LLM request waits for the GPU in wait mode before a
+	// busy answer. Default 10m.
+	LLMWaitTimeout caddy.Duration `json:"llm_wait_timeout,omitempty"`
+
+	// How long Ollama may take to unload its models before an image job
+	// or a hold; past it the job is refused with 503. Default 60s.
+	UnloadTimeout caddy.Duration `json:"unload_timeout,omitempty"`
+
+	// The longest an image job may hold the GPU; past it the job is
+	// interrupted and the GPU released. Default 15m.
+	JobTimeout caddy.Duration `json:"job_timeout,omitempty"`
+
+	// How long ComfyUI may take to free its memory after a job. Default 30s.
+	FreeTimeout caddy.Duration `json:"free_timeout,omitempty"`
+
+	// A model to load again after an image job or a hold ends, so the next
+	// chat starts warm. Off by default.
+	WarmModel string `json:"warm_model,omitempty"`
+
+	// How long the warm-up may take. Default 2m.
+	WarmTimeout caddy.Duration `json:"warm_timeout,omitempty"`
+
+	// The longest interval between /api/ps polls while Ollama unloads;
+	// polling starts fast and backs off to it. Default 500ms.
+	UnloadPollInterval caddy.Duration `json:"unload_poll_interval,omitempty"`
+
+	// How often a job's history is polled while ComfyUI's websocket is
+	// down (while it is up, its broadcasts end the wait at once).
+	// Default 1s.
+	HistoryPollInterval caddy.Duration `json:"history_poll_interval,omitempty"`
+
+	// How long the start-up probe of ComfyUI's queue may take. Default 5s.
+	ProbeTimeout caddy.Duration `json:"probe_timeout,omitempty"`
+
+	// The first retry delay when an upstream refuses connections (the
+	// websocket watch, the start-up probe). Default 1s.
+	BackoffInitial caddy.Duration `json:"backoff_initial,omitempty"`
+
+	// The cap of the exponential retry delay. Default 60s.
+	BackoffMax caddy.Duration `json:"backoff_max,omitempty"`
+
+	// How many bytes of a /prompt response are read to find its prompt_id.
+	// The client always gets the whole response, unbuffered. Default 65536.
+	PromptCaptureLimit int64 `json:"prompt_capture_limit,omitempty"`
+
+	// MaxImageStreak bounds how many image jobs (or holds) in a row may
+	// take the GPU while LLM requests wait; then the waiting LLM requests
+	// get a turn. Zero (default) keeps strict image priority.
+	MaxImageStreak int `json:"max_image_streak,omitempty"`
+}
+
+// The defaults, as in the original stand-alone program.
+const (
+	defaultBusyStatus         = 503
+	defaultBusyRetryAfter     = 30 * time.Second
+	defaultLLMWaitTimeout     = 10 * time.Minute
+	defaultUnloadTimeout      = 60 * time.Second
+	defaultJobTimeout         = 15 * time.Minute
+	defaultFreeTimeout        = 30 * time.Second
+	defaultWarmTimeout        = 2 * time.Minute
+	defaultUnloadPollInterval = 500 * time.Millisecond
+	defaultHistoryPoll        = time.Second
+	defaultProbeTimeout       = 5 * time.Second
+	defaultBackoffInitial     = time.Second
+	defaultBackoffMax         = 60 * time.Second
+	defaultPromptCaptureLimit = 64 << 10
+)
+
+// config is a turnstile's settings with defaults filled in and clients
+// built; one is made per config load and swapped in when the config starts.
+type config struct {
+	Settings
+	ollama         *ollama.Client // nil if disabled
+	comfy          *comfy.Client  // nil if disabled
+	reject         bool
+	busyStatus     int
+	retryAfter     time.Duration
+	llmWait        time.Duration
+	unloadTimeout  time.Duration
+	jobTimeout     time.Duration
+	freeTimeout    time.Duration
+	warmTimeout    time.Duration
+	unloadPoll     time.Duration
+	historyPoll    time.Duration
+	probeTimeout   time.Duration
+	backoffInitial time.Duration
+	backoffMax     time.Duration
+	captureLimit   int64
+}
+
+// validate checks the settings and returns them with defaults filled in.
+// Errors name the option as it is spelled in the Caddyfile.
+func (s Settings) validate() (*config, error) {
+	c := &config{Settings: s}
+	if s.Ollama == "" && s.Comfy == "" {
+		return nil, fmt.Errorf("at least one of ollama and comfy must be set")
+	}
+	var err error
+	if s.Ollama != "" {
+		if c.ollama, err = ollama.NewClient(s.Ollama, nil); err != nil {
+			return nil, fmt.Errorf("ollama: %v", err)
+		}
+	}
+	if s.Comfy != "" {
+		if c.comfy, err = comfy.NewClient(s.Comfy, nil); err != nil {
+			return nil, fmt.Errorf("comfy: %v", err)
+		}
+	}
+	switch s.LLMBusyMode {
+	case "", "wait":
+	case "reject":
+		c.reject = true
+	default:
+		return nil, fmt.Errorf("llm_busy_mode: %q is neither wait nor reject", s.LLMBusyMode)
+	}
+	c.busyStatus = s.LLMBusyStatus
+	if c.busyStatus == 0 {
+		c.busyStatus = defaultBusyStatus
+	}
+	if c.busyStatus < 400 || c.busyStatus > 599 {
+		return nil, fmt.Errorf("llm_busy_status: %d is outside 400-599", c.busyStatus)
+	}
+	durations := []struct {
+		name string
+		val  caddy.Duration
+		def  time.Duration
+		dst  *time.Duration
+	}{
+		{"busy_retry_after", s.BusyRetryAfter, defaultBusyRetryAfter, &c.retryAfter},
+		{"llm_wait_timeout", s.LLMWaitTimeout, defaultLLMWaitTimeout, &c.llmWait},
+		{"unload_timeout", s.UnloadTimeout, defaultUnloadTimeout, &c.unloadTimeout},
+		{"job_timeout", s.JobTimeout, defaultJobTimeout, &c.jobTimeout},
+		{"free_timeout", s.FreeTimeout, defaultFreeTimeout, &c.freeTimeout},
+		{"warm_timeout", s.WarmTimeout, defaultWarmTimeout, &c.warmTimeout},
+		{"unload_poll_interval", s.UnloadPollInterval, defaultUnloadPollInterval, &c.unloadPoll},
+		{"history_poll_interval", s.HistoryPollInterval, defaultHistoryPoll, &c.historyPoll},
+		{"probe_timeout", s.ProbeTimeout, defaultProbeTimeout, &c.probeTimeout},
+		{"backoff initial", s.BackoffInitial, defaultBackoffInitial, &c.backoffInitial},
+		{"backoff max", s.BackoffMax, defaultBackoffMax, &c.backoffMax},
+	}
+	for _, d := range durations {
+		switch {
+		case d.val < 0:
+			return nil, fmt.Errorf("%s: %v is negative", d.name, time.Duration(d.val))
+		case d.val == 0:
+			*d.dst = d.def
+		default:
+			*d.dst = time.Duration(d.val)
+		}
+	}
+	if c.backoffMax < c.backoffInitial {
+		return nil, fmt.Errorf("backoff: max %v is less than initial %v", c.backoffMax, c.backoffInitial)
+	}
+	switch {
+	case s.PromptCaptureLimit < 0:
+		return nil, fmt.Errorf("prompt_capture_limit: %d is negative", s.PromptCaptureLimit)
+	case s.PromptCaptureLimit == 0:
+		c.captureLimit = defaultPromptCaptureLimit
+	case s.PromptCaptureLimit < 64:
+		return nil, fmt.Errorf("prompt_capture_limit: %d bytes cannot hold a prompt_id (at least 64)", s.PromptCaptureLimit)
+	default:
+		c.captureLimit = s.PromptCaptureLimit
+	}
+	if s.MaxImageStreak < 0 {
+		return nil, fmt.Errorf("max_image_streak: %d is negative", s.MaxImageStreak)
+	}
+	if s.WarmModel != "" && c.ollama == nil {
+		return nil, fmt.Errorf("warm_model: %q needs ollama to be set", s.WarmModel)
+	}
+	return c, nil
+}
+
+// retryAfterSeconds is Retry-After in whole seconds, at least 1.
+func retryAfterSeconds(d time.Duration) int {
+	return max(1, int(math.Ceil(d.Seconds())))
+}

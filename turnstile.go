@@ -1,0 +1,220 @@
+// Package turnstile is a Caddy v2 plugin that lets one GPU be shared
+// safely by an LLM server (Ollama) and an image generator (ComfyUI). Caddy
+// listens where the two services normally listen; the gpu_turnstile
+// middleware makes sure the GPU is never used by both at once. LLM requests
+// share the GPU; a ComfyUI job takes it alone once the LLM requests have
+// drained and Ollama's models are unloaded, and keeps it until the job is
+// finished and ComfyUI has freed its memory.
+//
+// The root package is Caddy wiring: the gpu_turnstile app (settings per
+// named turnstile), the middleware, the status handler, the admin routes,
+// metrics and the Caddyfile. The policy lives in package lock.
+package turnstile
+
+import (
+	"fmt"
+	"net/http"
+	"sort"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+)
+
+func init() {
+	caddy.RegisterModule(App{})
+	caddy.RegisterModule(Handler{})
+}
+
+// defaultName is the turnstile a handler uses when it names none.
+const defaultName = "default"
+
+// App is the gpu_turnstile app: the settings of each named turnstile (one
+// per GPU). Its state (the lock, the running job, holds) lives in a
+// process-wide pool keyed by name and survives config reloads.
+type App struct {
+	// Turnstiles by name. The Caddyfile's `gpu_turnstile { ... }` global
+	// option makes the one named "default".
+	Turnstiles map[string]*Settings `json:"turnstiles,omitempty"`
+
+	configs map[string]*config
+	taken   []string
+	logger  *zap.Logger
+}
+
+// CaddyModule returns the Caddy module information.
+func (App) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "gpu_turnstile",
+		New: func() caddy.Module { return new(App) },
+	}
+}
+
+// Provision validates each turnstile's settings and takes a reference to
+// its runtime. Settings only take effect in Start, so a config that fails
+// to load changes nothing.
+func (a *App) Provision(ctx caddy.Context) error {
+	a.logger = ctx.Logger()
+	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
+		return fmt.Errorf("gpu_turnstile: registering metrics: %v", err)
+	}
+	a.configs = map[string]*config{}
+	for _, name := range a.names() {
+		s := a.Turnstiles[name]
+		if s == nil {
+			return fmt.Errorf("gpu_turnstile %s: no settings", name)
+		}
+		c, err := s.validate()
+		if err != nil {
+			return fmt.Errorf("gpu_turnstile %s: %v", name, err)
+		}
+		a.configs[name] = c
+		if _, _, err := turnstiles.LoadOrNew(name, func() (caddy.Destructor, error) {
+			return newTurnstile(name), nil
+		}); err != nil {
+			return err
+		}
+		a.taken = append(a.taken, name)
+	}
+	return nil
+}
+
+func (a *App) names() []string {
+	names := make([]string, 0, len(a.Turnstiles))
+	for n := range a.Turnstiles {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Start makes this config's settings current for each turnstile.
+func (a *App) Start() error {
+	for _, name := range a.names() {
+		ts := runtimeOf(name)
+		c := a.configs[name]
+		log := a.logger.With(zap.String("turnstile", name))
+		ts.apply(c, log)
+		log.Info("gpu turnstile ready",
+			zap.String("ollama", c.Ollama), zap.String("comfy", c.Comfy),
+			zap.String("llm_busy_mode", map[bool]string{false: "wait", true: "reject"}[c.reject]),
+			zap.Int("llm_busy_status", c.busyStatus), zap.Duration("busy_retry_after", c.retryAfter),
+			zap.Duration("llm_wait_timeout", c.llmWait), zap.Duration("unload_timeout", c.unloadTimeout),
+			zap.Duration("job_timeout", c.jobTimeout), zap.Duration("free_timeout", c.freeTimeout),
+			zap.String("warm_model", c.WarmModel), zap.Duration("warm_timeout", c.warmTimeout),
+			zap.Duration("unload_poll_interval", c.unloadPoll), zap.Duration("history_poll_interval", c.historyPoll),
+			zap.Duration("probe_timeout", c.probeTimeout), zap.Duration("backoff_initial", c.backoffInitial),
+			zap.Duration("backoff_max", c.backoffMax), zap.Int64("prompt_capture_limit", c.captureLimit),
+			zap.Int("max_image_streak", c.MaxImageStreak))
+	}
+	return nil
+}
+
+// Stop does nothing: work in flight belongs to the turnstile, not to this
+// config, and carries on into the next one.
+func (a *App) Stop() error { return nil }
+
+// Cleanup drops this config's references; the last one out (Caddy stops)
+// ends the turnstile's background work.
+func (a *App) Cleanup() error {
+	for _, name := range a.taken {
+		if _, err := turnstiles.Delete(name); err != nil {
+			a.logger.Error("releasing turnstile", zap.String("turnstile", name), zap.Error(err))
+		}
+	}
+	a.taken = nil
+	return nil
+}
+
+func runtimeOf(name string) *turnstile {
+	var ts *turnstile
+	turnstiles.Range(func(k, v any) bool {
+		if k.(string) == name {
+			ts = v.(*turnstile)
+		}
+		return ts == nil
+	})
+	return ts
+}
+
+// lookupTurnstile returns the runtime of the named turnstile of the
+// config being provisioned.
+func lookupTurnstile(ctx caddy.Context, name string) (*turnstile, error) {
+	if name == "" {
+		name = defaultName
+	}
+	appIface, err := ctx.App("gpu_turnstile")
+	if err != nil {
+		return nil, fmt.Errorf("gpu_turnstile: loading the app: %v", err)
+	}
+	app := appIface.(*App)
+	if _, ok := app.configs[name]; !ok {
+		known := app.names()
+		if len(known) == 0 {
+			return nil, fmt.Errorf("gpu_turnstile: no turnstile named %q: add the global option `gpu_turnstile { ollama ... comfy ... }`", name)
+		}
+		return nil, fmt.Errorf("gpu_turnstile: no turnstile named %q (configured: %v)", name, known)
+	}
+	return runtimeOf(name), nil
+}
+
+// Handler is the gpu_turnstile middleware. It classifies each request,
+// takes the GPU as the class needs, and calls the next handler (usually
+// reverse_proxy): LLM requests share the GPU while they stream; an image
+// prompt takes it alone and keeps it until the job it queued has ended;
+// everything else, websockets included, passes through untouched.
+type Handler struct {
+	// The request class: "auto" (default) decides from the method and
+	// path; "llm", "image" or "passthrough" applies to every request this
+	// handler sees (select them with a matcher).
+	Class string `json:"class,omitempty"`
+
+	// The turnstile (GPU) to use. Default "default".
+	Turnstile string `json:"turnstile,omitempty"`
+
+	class class
+	ts    *turnstile
+}
+
+// CaddyModule returns the Caddy module information.
+func (Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.gpu_turnstile",
+		New: func() caddy.Module { return new(Handler) },
+	}
+}
+
+// Provision finds the turnstile.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	c, err := parseClass(h.Class)
+	if err != nil {
+		return fmt.Errorf("gpu_turnstile: %v", err)
+	}
+	h.class = c
+	h.ts, err = lookupTurnstile(ctx, h.Turnstile)
+	return err
+}
+
+// ServeHTTP implements caddyhttp.MiddlewareHandler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	c := h.class
+	if c == classAuto {
+		c = classify(r)
+	}
+	switch c {
+	case classLLM:
+		return h.serveLLM(w, r, next)
+	case classImage:
+		return h.serveImage(w, r, next)
+	}
+	return next.ServeHTTP(w, r)
+}
+
+// Interface guards
+var (
+	_ caddy.App                   = (*App)(nil)
+	_ caddy.Provisioner           = (*App)(nil)
+	_ caddy.CleanerUpper          = (*App)(nil)
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+)
