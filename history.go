@@ -90,8 +90,10 @@ func (h *history) view(since time.Time) historyView {
 	defer h.mu.Unlock()
 	return historyView{
 		Transitions: filter(h.transitions.items(), func(e transitionEntry) bool { return e.At.After(since) }),
-		Jobs:        filter(h.jobs.items(), func(e jobEntry) bool { return e.Started.Add(time.Duration(e.Seconds * float64(time.Second))).After(since) }),
-		Events:      filter(h.events.items(), func(e eventEntry) bool { return e.At.After(since) }),
+		Jobs: filter(h.jobs.items(), func(e jobEntry) bool {
+			return e.Started.Add(time.Duration(e.Seconds * float64(time.Second))).After(since)
+		}),
+		Events: filter(h.events.items(), func(e eventEntry) bool { return e.At.After(since) }),
 	}
 }
 

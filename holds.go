@@ -69,7 +69,7 @@ func (ts *turnstile) takeHold(ctx context.Context, owner string, ttl time.Durati
 		err = ctx.Err()
 	}
 	if err != nil {
-		ts.releaseExclusive(false)
+		ts.releaseExclusive(false, false)
 		holdEvents.WithLabelValues(ts.name, "failed").Inc()
 		return nil, fmt.Errorf("%w: %v", errHoldPrepare, err)
 	}
@@ -118,7 +118,7 @@ func (h *hold) end(reason string) bool {
 	holdEvents.WithLabelValues(ts.name, reason).Inc()
 	ts.log().Info("GPU hold ended", zap.String("hold", h.ID), zap.String("owner", h.Owner),
 		zap.String("reason", reason), zap.Duration("held", time.Since(h.Since)))
-	ts.releaseExclusive(false)
+	ts.releaseExclusive(false, true)
 	return true
 }
 

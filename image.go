@@ -121,7 +121,9 @@ func (ts *turnstile) finishJob(job *jobInfo, id, outcome string, jobRan bool) {
 		ts.log().Info("image job ended", zap.String("prompt_id", id), zap.String("outcome", outcome), zap.Duration("duration", took))
 	}
 	ts.setJob(nil)
-	ts.releaseExclusive(jobRan)
+	// Ollama was emptied for this request (unless that failed): load the
+	// warm model again, as after any job.
+	ts.releaseExclusive(jobRan, outcome != "refused")
 }
 
 // writeComfyError answers in ComfyUI's error shape.

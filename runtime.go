@@ -122,7 +122,7 @@ func (ts *turnstile) Destruct() error {
 	return nil
 }
 
-func (ts *turnstile) cfg() *config      { return ts.cfgp.Load() }
+func (ts *turnstile) cfg() *config     { return ts.cfgp.Load() }
 func (ts *turnstile) log() *zap.Logger { return ts.logp.Load() }
 
 // apply makes a started config's settings current. It runs in the app's
@@ -206,7 +206,7 @@ func (ts *turnstile) reconcileAtStart(c *config) {
 		jobRan = true
 	}
 	ts.setJob(nil)
-	ts.releaseExclusive(jobRan)
+	ts.releaseExclusive(jobRan, jobRan)
 }
 
 // probeQueue reads ComfyUI's queue, retrying with backoff while ComfyUI
@@ -263,7 +263,7 @@ func (ts *turnstile) runForeign() {
 	ts.setJob(&jobInfo{Source: "comfyui", Phase: "unloading", Started: time.Now()})
 	ts.drainForeign(c)
 	ts.setJob(nil)
-	ts.releaseExclusive(true)
+	ts.releaseExclusive(true, true)
 }
 
 // drainForeign empties Ollama and waits until ComfyUI's queue is empty;
@@ -388,10 +388,11 @@ func (ts *turnstile) Transition(from, to lock.State) {
 	}
 }
 
-// releaseExclusive gives the lock back after exclusive use; if it is not
-// handed to another exclusive waiter, the warm model is loaded again.
-func (ts *turnstile) releaseExclusive(jobRan bool) {
-	if !ts.lock.ReleaseExclusive(jobRan) {
+// releaseExclusive gives the lock back after exclusive use. If it is not
+// handed to another exclusive waiter and rewarm is set (Ollama was
+// emptied for this use), the warm model is loaded again.
+func (ts *turnstile) releaseExclusive(jobRan, rewarm bool) {
+	if !ts.lock.ReleaseExclusive(jobRan) && rewarm {
 		ts.warm()
 	}
 }

@@ -195,8 +195,18 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	return err
 }
 
+// handledVar marks a request that a gpu_turnstile handler has taken care
+// of, so that another one further down the chain lets it pass: with
+// `gpu_turnstile @m passthrough` before a plain `gpu_turnstile`, the
+// matched requests are not classified again.
+const handledVar = "gpu_turnstile.handled"
+
 // ServeHTTP implements caddyhttp.MiddlewareHandler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	if caddyhttp.GetVar(r.Context(), handledVar) != nil {
+		return next.ServeHTTP(w, r)
+	}
+	caddyhttp.SetVar(r.Context(), handledVar, true)
 	c := h.class
 	if c == classAuto {
 		c = classify(r)

@@ -289,6 +289,11 @@ func (s *Server) poke() {
 func (s *Server) worker() {
 	defer s.stopped.Done()
 	for {
+		select {
+		case <-s.stop:
+			return
+		default:
+		}
 		s.mu.Lock()
 		var j *job
 		if len(s.pending) > 0 {

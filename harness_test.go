@@ -1,0 +1,313 @@
+package turnstile
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	_ "github.com/caddyserver/caddy/v2/modules/standard"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/comfy"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/comfy/comfytest"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/gputest"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/ollama/ollamatest"
+)
+
+// harness runs a real Caddy in this process, configured from a Caddyfile,
+// in front of the fake Ollama and ComfyUI, which share one simulated GPU.
+type harness struct {
+	t      *testing.T
+	gpu    *gputest.GPU
+	ollama *ollamatest.Server
+	comfy  *comfytest.Server
+	llm    string // base URL of Caddy's Ollama-facing listener
+	image  string // base URL of Caddy's ComfyUI-facing listener
+	admin  string // base URL of Caddy's admin endpoint
+	ports  [3]int
+	client *http.Client
+	// overlapExpected is set by tests of work that bypasses the turnstile
+	// (queued on ComfyUI directly), which the turnstile can only react to.
+	overlapExpected bool
+}
+
+type harnessOptions struct {
+	ollama   ollamatest.Options
+	comfy    comfytest.Options
+	settings string // extra lines inside the gpu_turnstile block
+	noComfy  bool
+	noOllama bool
+	// beforeLoad runs after the fakes start and before Caddy loads.
+	beforeLoad func(*harness)
+}
+
+func newHarness(t *testing.T, opts harnessOptions) *harness {
+	t.Helper()
+	h := &harness{t: t, gpu: gputest.New(), client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
+	h.ollama = ollamatest.NewServer(h.gpu, opts.ollama)
+	h.comfy = comfytest.NewServer(h.gpu, opts.comfy)
+	for i := range h.ports {
+		h.ports[i] = freePort(t)
+	}
+	h.llm = fmt.Sprintf("http://127.0.0.1:%d", h.ports[0])
+	h.image = fmt.Sprintf("http://127.0.0.1:%d", h.ports[1])
+	h.admin = fmt.Sprintf("http://127.0.0.1:%d", h.ports[2])
+	if opts.beforeLoad != nil {
+		opts.beforeLoad(h)
+	}
+	h.load(h.caddyfile(opts))
+	t.Cleanup(func() {
+		if err := caddy.Stop(); err != nil {
+			t.Errorf("stopping caddy: %v", err)
+		}
+		h.client.CloseIdleConnections()
+		h.ollama.Close()
+		h.comfy.Close()
+		if o := h.gpu.Overlaps(); len(o) > 0 && !h.overlapExpected {
+			t.Errorf("the GPU was shared:\n%s\ntimeline:\n%s", strings.Join(o, "\n"), gputest.Dump(h.gpu.Events()))
+		}
+	})
+	return h
+}
+
+func (h *harness) caddyfile(opts harnessOptions) string {
+	ollamaURL, comfyURL := h.ollama.URL, h.comfy.URL
+	if opts.noOllama {
+		ollamaURL = ""
+	}
+	if opts.noComfy {
+		comfyURL = ""
+	}
+	logs := "log {\n\t\toutput discard\n\t}"
+	if os.Getenv("TURNSTILE_TEST_LOGS") != "" {
+		logs = "log {\n\t\tlevel DEBUG\n\t}"
+	}
+	return fmt.Sprintf(`{
+	admin 127.0.0.1:%d
+	persist_config off
+	auto_https off
+	%s
+	gpu_turnstile {
+		ollama "%s"
+		comfy "%s"
+		history_poll_interval 20ms
+		unload_poll_interval 20ms
+		backoff 10ms 100ms
+		%s
+	}
+}
+
+:%d {
+	bind 127.0.0.1
+	handle /healthz {
+		gpu_turnstile_status
+	}
+	gpu_turnstile
+	reverse_proxy %s {
+		flush_interval -1
+	}
+}
+
+:%d {
+	bind 127.0.0.1
+	handle /healthz {
+		gpu_turnstile_status
+	}
+	gpu_turnstile
+	reverse_proxy %s
+}
+`, h.ports[2], logs, ollamaURL, comfyURL, opts.settings, h.ports[0], h.ollama.URL, h.ports[1], h.comfy.URL)
+}
+
+// load adapts a Caddyfile and loads it, as `caddy reload` would.
+func (h *harness) load(caddyfile string) {
+	h.t.Helper()
+	if err := loadCaddyfile(caddyfile); err != nil {
+		h.t.Fatalf("loading config: %v\n%s", err, caddyfile)
+	}
+}
+
+func loadCaddyfile(caddyfile string) error {
+	adapter := caddyconfig.GetAdapter("caddyfile")
+	cfg, warnings, err := adapter.Adapt([]byte(caddyfile), map[string]any{"filename": "Caddyfile"})
+	if err != nil {
+		return err
+	}
+	_ = warnings
+	return caddy.Load(cfg, true)
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// ts returns the default turnstile's runtime.
+func (h *harness) ts() *turnstile { return runtimeOf(defaultName) }
+
+// status reads the status JSON through Caddy.
+func (h *harness) status() Status {
+	h.t.Helper()
+	resp, err := h.client.Get(h.llm + "/healthz")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st Status
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		h.t.Fatal(err)
+	}
+	return st
+}
+
+// waitStatus polls the turnstile's status (in process, no HTTP) until cond
+// holds. Waiting requests are visible only there.
+func (h *harness) waitStatus(what string, cond func(Status) bool) Status {
+	h.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		st := h.ts().status()
+		if cond(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("timed out waiting for %s; status %+v\ntimeline:\n%s", what, st, gputest.Dump(h.gpu.Events()))
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (h *harness) waitIdle() {
+	h.t.Helper()
+	h.waitStatus("idle", func(st Status) bool {
+		return st.State == "idle" && st.LLMInflight == 0 && st.LLMWaiting == 0 && st.ImageWaiting == 0 && !st.Warming
+	})
+}
+
+// waitTimeline waits until cond holds over the GPU's timeline.
+func (h *harness) waitTimeline(what string, cond func([]gputest.Event) bool) {
+	h.t.Helper()
+	if !h.gpu.WaitFor(15*time.Second, cond) {
+		h.t.Fatalf("timed out waiting for %s; timeline:\n%s", what, gputest.Dump(h.gpu.Events()))
+	}
+}
+
+type result struct {
+	status int
+	header http.Header
+	body   string
+	err    error
+}
+
+func (h *harness) post(ctx context.Context, url, body string) result {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return result{err: err}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return result{err: err}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return result{status: resp.StatusCode, header: resp.Header, body: string(b), err: err}
+}
+
+func (h *harness) postAsync(ctx context.Context, url, body string) <-chan result {
+	ch := make(chan result, 1)
+	go func() { ch <- h.post(ctx, url, body) }()
+	return ch
+}
+
+func chatBody(model string, stream bool) string {
+	return fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi"}],"stream":%v}`, model, stream)
+}
+
+func promptBody(durationMS int) string {
+	return fmt.Sprintf(`{"prompt":{"3":{"class_type":"KSampler","inputs":{}},"9":{"class_type":"SaveImage","inputs":{}}},"client_id":"browser","extra_data":{"fake_duration_ms":%d}}`, durationMS)
+}
+
+// streamStart opens a streaming chat and returns once the first line has
+// arrived (the request holds the GPU); finish reads the rest.
+func (h *harness) streamStart(ctx context.Context, path, body string) (finish func() result) {
+	h.t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.llm+path, strings.NewReader(body))
+	resp, err := h.client.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	br := bufio.NewReader(resp.Body)
+	first, err := br.ReadString('\n')
+	if err != nil {
+		h.t.Fatalf("first line: %v", err)
+	}
+	return func() result {
+		defer resp.Body.Close()
+		rest, err := io.ReadAll(br)
+		return result{status: resp.StatusCode, header: resp.Header, body: first + string(rest), err: err}
+	}
+}
+
+func promptID(t *testing.T, r result) string {
+	t.Helper()
+	if r.err != nil || r.status != 200 {
+		t.Fatalf("prompt: %d %v %s", r.status, r.err, r.body)
+	}
+	id, ok := comfy.PromptID([]byte(r.body))
+	if !ok {
+		t.Fatalf("no prompt_id in %s", r.body)
+	}
+	return id
+}
+
+// counter counts events of one kind.
+func count(events []gputest.Event, service, substr string) int {
+	n := 0
+	for _, e := range events {
+		if e.Service == service && strings.Contains(e.What, substr) {
+			n++
+		}
+	}
+	return n
+}
+
+func comfyOpts(job time.Duration) comfytest.Options { return comfytest.Options{JobDuration: job} }
+
+// takeHold takes an external hold through the admin API.
+func (h *harness) takeHold(t *testing.T, owner, ttl string) string {
+	t.Helper()
+	r := h.post(context.Background(), h.admin+"/gpu_turnstile/holds", fmt.Sprintf(`{"turnstile":"default","owner":%q,"ttl":%q}`, owner, ttl))
+	if r.status != http.StatusCreated {
+		t.Fatalf("hold: %d %s %v", r.status, r.body, r.err)
+	}
+	var out struct{ ID string }
+	if err := json.Unmarshal([]byte(r.body), &out); err != nil || out.ID == "" {
+		t.Fatalf("hold answer %s", r.body)
+	}
+	return out.ID
+}
+
+func (h *harness) releaseHold(t *testing.T, id string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodDelete, h.admin+"/gpu_turnstile/holds/"+id, nil)
+	resp, err := h.client.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("release hold: %v %v", resp, err)
+	}
+	resp.Body.Close()
+}
