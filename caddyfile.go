@@ -36,7 +36,7 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 //		comfy                 URL            # empty or absent: ComfyUI consumer disabled
 //		llm_busy_mode         wait|reject
 //		llm_busy_status       400-599
-//		busy_retry_after      DURATION
+//		busy_retry_after      DURATION | auto [MAX]
 //		llm_wait_timeout      DURATION
 //		unload_timeout        DURATION
 //		job_timeout           DURATION
@@ -96,6 +96,26 @@ func parseSetting(d *caddyfile.Dispenser, s *Settings) error {
 		"unload_poll_interval":  &s.UnloadPollInterval,
 		"history_poll_interval": &s.HistoryPollInterval,
 		"probe_timeout":         &s.ProbeTimeout,
+	}
+	if opt == "busy_retry_after" {
+		args := d.RemainingArgs()
+		if len(args) == 0 {
+			return d.Errf("busy_retry_after: missing value")
+		}
+		if args[0] == "auto" {
+			s.BusyRetryAfterAuto = true
+			switch len(args) {
+			case 1:
+				return nil
+			case 2:
+				return parseDuration(d, "busy_retry_after auto", args[1], &s.BusyRetryAfter)
+			}
+			return d.Errf("busy_retry_after: want `auto [MAX]` or one duration")
+		}
+		if len(args) != 1 {
+			return d.Errf("busy_retry_after: one value expected, got more")
+		}
+		return parseDuration(d, opt, args[0], &s.BusyRetryAfter)
 	}
 	if dst, ok := durations[opt]; ok {
 		v, err := oneArg(d)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,15 +36,22 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 		return next.ServeHTTP(w, r)
 	}
 	c := ts.cfg()
+	wait := c.llmWait
 	if c.reject {
-		ts.metrics.busyReject.Inc()
-		return ts.writeBusy(w, r, c, "reject")
+		// Right after start-up the GPU is held only while ComfyUI is
+		// asked whether work is queued; that is no reason to turn
+		// requests away, so they wait for the answer.
+		if !ts.probing.Load() {
+			ts.metrics.busyReject.Inc()
+			return ts.writeBusy(w, r, c, "reject")
+		}
+		wait = c.probeTimeout
 	}
 	if err := bufferBody(r, waitBodyLimit); err != nil {
 		return err
 	}
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(r.Context(), c.llmWait)
+	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	err := ts.lock.AcquireShared(ctx)
 	cancel()
 	waited := time.Since(start)
@@ -116,7 +124,39 @@ func (ts *turnstile) writeBusy(w http.ResponseWriter, r *http.Request, c *config
 	return nil
 }
 
-// retryAfter is the Retry-After of a busy answer.
+// retryAfter is the Retry-After of a busy answer: busy_retry_after, or
+// with auto an estimate of when the GPU is free for LLM use, bounded by
+// busy_retry_after.
 func (ts *turnstile) retryAfter(c *config) time.Duration {
-	return c.retryAfter
+	if !c.BusyRetryAfterAuto {
+		return c.retryAfter
+	}
+	snap := ts.lock.Snapshot()
+	typical := ts.typicalJob()
+	var wait time.Duration
+	now := time.Now()
+	ts.mu.Lock()
+	if ts.job != nil {
+		wait += max(typical-now.Sub(ts.job.Started), time.Second)
+	}
+	for _, h := range ts.holds {
+		h.mu.Lock()
+		wait += max(h.expires.Sub(now), 0)
+		h.mu.Unlock()
+	}
+	ts.mu.Unlock()
+	wait += time.Duration(snap.ImageWaiting) * typical
+	wait += time.Duration(snap.HoldWaiting) * typical
+	return min(max(wait, time.Second), c.retryAfter)
+}
+
+// typicalJob is the median of recent successful job durations, or 30s
+// before any job has finished.
+func (ts *turnstile) typicalJob() time.Duration {
+	secs := ts.history.recentJobSeconds(15)
+	if len(secs) == 0 {
+		return defaultBusyRetryAfter
+	}
+	slices.Sort(secs)
+	return time.Duration(secs[len(secs)/2] * float64(time.Second))
 }

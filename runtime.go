@@ -49,6 +49,7 @@ type turnstile struct {
 	holds     map[string]*hold
 
 	foreign atomic.Bool // a watch over work queued directly on ComfyUI runs
+	probing atomic.Bool // the start-up probe holds the lock
 	warming atomic.Bool // a warm-up holds a shared place
 	ollamaUp,
 	comfyUp reachability
@@ -150,10 +151,14 @@ func (ts *turnstile) apply(c *config, log *zap.Logger) {
 	}
 	if !ts.started {
 		ts.started = true
+		if c.ollama != nil {
+			go ts.probeOllama(c)
+		}
 		if c.comfy != nil {
 			// Until ComfyUI's queue is known to be empty, treat the GPU as
 			// ComfyUI's: a job may have been queued before Caddy started.
 			if err := ts.lock.AcquireExclusive(ts.ctx, lock.Image); err == nil {
+				ts.probing.Store(true)
 				ts.job = &jobInfo{Source: "comfyui", Phase: "start-up probe", Started: time.Now()}
 				go ts.reconcileAtStart(c)
 			}
@@ -185,15 +190,7 @@ func (ts *turnstile) reconcileAtStart(c *config) {
 	ctx, cancel := context.WithTimeout(ts.ctx, c.probeTimeout)
 	running, pending, err := ts.probeQueue(ctx, c)
 	cancel()
-	if c.ollama != nil {
-		pctx, cancel := context.WithTimeout(ts.ctx, c.probeTimeout)
-		_, perr := c.ollama.PS(pctx)
-		cancel()
-		ts.ollamaUp.set(perr)
-		if perr != nil {
-			ts.log().Warn("ollama not reachable at start-up", zap.String("url", c.Ollama), zap.Error(perr))
-		}
-	}
+	ts.probing.Store(false)
 	jobRan := false
 	switch {
 	case err != nil && !comfy.Refused(err):
@@ -207,6 +204,20 @@ func (ts *turnstile) reconcileAtStart(c *config) {
 	}
 	ts.setJob(nil)
 	ts.releaseExclusive(jobRan, jobRan)
+}
+
+// probeOllama reports at start-up whether Ollama answers.
+func (ts *turnstile) probeOllama(c *config) {
+	ctx, cancel := context.WithTimeout(ts.ctx, c.probeTimeout)
+	defer cancel()
+	models, err := c.ollama.PS(ctx)
+	ts.ollamaUp.set(err)
+	if err != nil {
+		ts.log().Warn("ollama not reachable at start-up; image jobs proceed only if it refuses connections (not running)",
+			zap.String("url", c.Ollama), zap.Error(err))
+		return
+	}
+	ts.log().Info("ollama reachable", zap.String("url", c.Ollama), zap.Int("models_loaded", len(models)))
 }
 
 // probeQueue reads ComfyUI's queue, retrying with backoff while ComfyUI

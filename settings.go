@@ -34,8 +34,15 @@ type Settings struct {
 	LLMBusyStatus int `json:"llm_busy_status,omitempty"`
 
 	// The Retry-After of busy answers, rounded up to whole seconds.
-	// Default 30s.
+	// Default 30s. With busy_retry_after_auto it is the upper bound of
+	// the estimate instead.
 	BusyRetryAfter caddy.Duration `json:"busy_retry_after,omitempty"`
+
+	// BusyRetryAfterAuto estimates Retry-After from the work ahead: the
+	// running job's expected rest (from recent job durations), the image
+	// jobs queued behind it, a hold's remaining lease. Caddyfile:
+	// `busy_retry_after auto [MAX]`. Off by default.
+	BusyRetryAfterAuto bool `json:"busy_retry_after_auto,omitempty"`
 
 	// The longest an LLM request waits for the GPU in wait mode before a
 	// busy answer. Default 10m.
@@ -165,7 +172,7 @@ func (s Settings) validate() (*config, error) {
 		def  time.Duration
 		dst  *time.Duration
 	}{
-		{"busy_retry_after", s.BusyRetryAfter, defaultBusyRetryAfter, &c.retryAfter},
+		{"busy_retry_after", s.BusyRetryAfter, defaultRetryAfter(s), &c.retryAfter},
 		{"llm_wait_timeout", s.LLMWaitTimeout, defaultLLMWaitTimeout, &c.llmWait},
 		{"unload_timeout", s.UnloadTimeout, defaultUnloadTimeout, &c.unloadTimeout},
 		{"job_timeout", s.JobTimeout, defaultJobTimeout, &c.jobTimeout},
@@ -207,6 +214,15 @@ func (s Settings) validate() (*config, error) {
 		return nil, fmt.Errorf("warm_model: %q needs ollama to be set", s.WarmModel)
 	}
 	return c, nil
+}
+
+// defaultRetryAfter is 30s, or with auto, job_timeout's default (the
+// longest the GPU can be held by one job).
+func defaultRetryAfter(s Settings) time.Duration {
+	if s.BusyRetryAfterAuto {
+		return defaultJobTimeout
+	}
+	return defaultBusyRetryAfter
 }
 
 // retryAfterSeconds is Retry-After in whole seconds, at least 1.
