@@ -354,8 +354,8 @@ func (ts *turnstile) unloadOllama(c *config) error {
 // confirmed, before the GPU leaves exclusive use.
 func (ts *turnstile) Free() {
 	c := ts.cfg()
-	if c == nil || c.comfy == nil {
-		return
+	if c == nil || c.comfy == nil || ts.ctx.Err() != nil {
+		return // no ComfyUI, or Caddy is stopping and nobody will use the GPU after
 	}
 	ctx, cancel := context.WithTimeout(ts.ctx, c.freeTimeout)
 	defer cancel()

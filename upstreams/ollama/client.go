@@ -89,12 +89,24 @@ func (c *Client) Warm(ctx context.Context, model, keepAlive string) error {
 func (c *Client) UnloadAll(ctx context.Context, maxInterval time.Duration) ([]string, error) {
 	asked := map[string]bool{}
 	var names []string
+	var models []RunningModel
+	stillListed := func(err error) error {
+		left := make([]string, 0, len(models))
+		for _, m := range models {
+			left = append(left, m.Name)
+		}
+		return fmt.Errorf("ollama still lists %s: %w", strings.Join(left, ", "), err)
+	}
 	interval := 5 * time.Millisecond
 	for {
-		models, err := c.PS(ctx)
-		if err != nil {
+		listed, err := c.PS(ctx)
+		switch {
+		case err != nil && ctx.Err() != nil && len(models) > 0:
+			return names, stillListed(ctx.Err()) // the deadline passed while polling
+		case err != nil:
 			return names, fmt.Errorf("list loaded models: %w", err)
 		}
+		models = listed
 		if len(models) == 0 {
 			return names, nil
 		}
@@ -116,11 +128,7 @@ func (c *Client) UnloadAll(ctx context.Context, maxInterval time.Duration) ([]st
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			left := make([]string, 0, len(models))
-			for _, m := range models {
-				left = append(left, m.Name)
-			}
-			return names, fmt.Errorf("ollama still lists %s: %w", strings.Join(left, ", "), ctx.Err())
+			return names, stillListed(ctx.Err())
 		case <-t.C:
 		}
 		interval = min(interval*2, maxInterval)
