@@ -270,3 +270,38 @@ func TestForeignWorkTakesTheGPU(t *testing.T) {
 	}
 	h.waitIdle()
 }
+
+// Ollama not running (nothing listens) holds no GPU memory: the job runs.
+func TestOllamaRefusingConnectionsLetsTheJobRun(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	h.ollama.Close()
+	promptID(t, h.post(context.Background(), h.image+"/prompt", promptBody(10)))
+	h.waitIdle()
+}
+
+// Ollama answering errors may still hold models: the job is refused.
+func TestOllamaFailingRefusesTheJob(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	h.ollama.SetPSStatus(500)
+	r := h.post(context.Background(), h.image+"/prompt", promptBody(10))
+	if r.status != 503 || !strings.Contains(r.body, "ollama") || h.comfy.Prompts() != 0 {
+		t.Fatalf("got %d %s, want 503 and no prompt at ComfyUI", r.status, r.body)
+	}
+	h.waitIdle()
+	if got := counterValue(t, upstreamErrors.WithLabelValues("default", "ollama", "unload")); got < 1 {
+		t.Fatal("the failed unload was not counted")
+	}
+}
+
+// A free that does not take effect within free_timeout is reported, and
+// the GPU is released anyway (nothing may hold it forever).
+func TestFreeTimeoutReleases(t *testing.T) {
+	h := newHarness(t, harnessOptions{settings: "free_timeout 200ms"})
+	h.comfy.SetFreeStuck(true)
+	before := counterValue(t, upstreamErrors.WithLabelValues("default", "comfy", "free"))
+	promptID(t, h.post(context.Background(), h.image+"/prompt", promptBody(10)))
+	h.waitIdle()
+	if got := counterValue(t, upstreamErrors.WithLabelValues("default", "comfy", "free")) - before; got != 1 {
+		t.Fatalf("free failures counted %v, want 1", got)
+	}
+}

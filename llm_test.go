@@ -254,3 +254,22 @@ func TestLockStateNames(t *testing.T) {
 		}
 	}
 }
+
+// Bodies larger than what is buffered before waiting still arrive whole,
+// and malformed ones get the upstream's own error.
+func TestOversizedAndMalformedBodies(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	hold := h.takeHold(t, "test", "1m")
+	big := `{"model":"llama3.2","stream":false,"prompt":"` + strings.Repeat("a", waitBodyLimit+1<<20) + `"}`
+	ch := h.postAsync(context.Background(), h.llm+"/api/generate", big)
+	bad := h.postAsync(context.Background(), h.llm+"/api/chat", `{"model":`)
+	h.waitStatus("two LLM waiters", func(st Status) bool { return st.LLMWaiting == 2 })
+	h.releaseHold(t, hold)
+	if r := <-ch; r.status != 200 || !strings.Contains(r.body, `"done":true`) {
+		t.Fatalf("9 MiB body: %d %.200s", r.status, r.body)
+	}
+	if r := <-bad; r.status != 400 || !strings.Contains(r.body, `"error"`) {
+		t.Fatalf("malformed body: %d %s, want Ollama's 400", r.status, r.body)
+	}
+	h.waitIdle()
+}

@@ -55,6 +55,7 @@ type Server struct {
 	wake     chan struct{} // wakes the worker
 	epoch    int           // bumped by Restart, to abandon running work
 
+	freeStuck atomic.Bool // /free is accepted but the worker never acts on it
 	prompts   atomic.Int64
 	frees     atomic.Int64
 	interrupt atomic.Pointer[job]
@@ -161,6 +162,10 @@ func (s *Server) Sockets() int {
 	defer s.mu.Unlock()
 	return len(s.sockets)
 }
+
+// SetFreeStuck makes /free be accepted but never carried out, as when a
+// custom node pins its models.
+func (s *Server) SetFreeStuck(stuck bool) { s.freeStuck.Store(stuck) }
 
 // Restart simulates a ComfyUI restart: the process dies (its memory is
 // freed, its queue and history are lost, its sockets close) and a fresh
@@ -384,6 +389,10 @@ func (s *Server) doFree(epoch int) {
 	defer s.mu.Unlock()
 	if s.epoch != epoch || len(s.pending) > 0 {
 		return // a job came first; the worker frees after it
+	}
+	if s.freeStuck.Load() {
+		s.freeFlag = false
+		return
 	}
 	s.freeFlag = false
 	s.reserved = 0
