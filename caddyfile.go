@@ -49,6 +49,9 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 //		backoff               INITIAL MAX
 //		prompt_capture_limit  SIZE
 //		max_image_streak      N
+//		min_free_vram         SIZE
+//		vram_probe            comfy|nvidia-smi [GPU_INDEX]
+//		early_unload
 //	}
 func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 	app := &App{Turnstiles: map[string]*Settings{}}
@@ -194,6 +197,34 @@ func parseSetting(d *caddyfile.Dispenser, s *Settings) error {
 			return d.Errf("prompt_capture_limit: %q is not a size from 64B to 1GiB (e.g. 64KiB)", v)
 		}
 		s.PromptCaptureLimit = int64(n)
+	case "min_free_vram":
+		v, err := oneArg(d)
+		if err != nil {
+			return err
+		}
+		n, err := humanize.ParseBytes(v)
+		if err != nil || n == 0 {
+			return d.Errf("min_free_vram: %q is not a size (e.g. 20GiB)", v)
+		}
+		s.MinFreeVRAM = int64(n)
+	case "vram_probe":
+		args := d.RemainingArgs()
+		if len(args) < 1 || len(args) > 2 || (args[0] != "comfy" && args[0] != "nvidia-smi") {
+			return d.Errf("vram_probe: want comfy|nvidia-smi [GPU_INDEX]")
+		}
+		s.VRAMProbe = args[0]
+		if len(args) == 2 {
+			n, err := strconv.Atoi(args[1])
+			if err != nil || n < 0 {
+				return d.Errf("vram_probe: GPU index %q is not a whole number >= 0", args[1])
+			}
+			s.GPUIndex = n
+		}
+	case "early_unload":
+		if d.NextArg() {
+			return d.ArgErr()
+		}
+		s.EarlyUnload = true
 	case "max_image_streak":
 		v, err := oneArg(d)
 		if err != nil {
@@ -237,7 +268,8 @@ func parseDuration(d *caddyfile.Dispenser, opt, v string, dst *caddy.Duration) e
 // parseHandler parses the middleware directive:
 //
 //	gpu_turnstile [<matcher>] [auto|llm|image|passthrough] {
-//		turnstile NAME
+//		turnstile  NAME
+//		during_job allow|reject
 //	}
 func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 	hd := new(Handler)
@@ -259,6 +291,15 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 				return nil, err
 			}
 			hd.Turnstile = v
+		case "during_job":
+			v, err := oneArg(h.Dispenser)
+			if err != nil {
+				return nil, err
+			}
+			if v != "allow" && v != "reject" {
+				return nil, h.Errf("during_job: %q is neither allow nor reject", v)
+			}
+			hd.DuringJob = v
 		default:
 			return nil, h.Errf("gpu_turnstile: unknown option %q", h.Val())
 		}

@@ -64,6 +64,9 @@ func TestCaddyfileValidForms(t *testing.T) {
 		backoff 500ms 30s
 		prompt_capture_limit 128KiB
 		max_image_streak 3
+		min_free_vram 20GiB
+		vram_probe comfy 1
+		early_unload
 	}
 }
 :11434 {
@@ -75,6 +78,7 @@ func TestCaddyfileValidForms(t *testing.T) {
 			`"llm_wait_timeout":300000000000`, `"job_timeout":3600000000000`, `"warm_model":"llama3.2"`,
 			`"backoff_initial":500000000`, `"backoff_max":30000000000`, `"prompt_capture_limit":131072`,
 			`"max_image_streak":3`, `{"handler":"gpu_turnstile"}`,
+			`"min_free_vram":21474836480`, `"vram_probe":"comfy"`, `"gpu_index":1`, `"early_unload":true`,
 		}},
 		{"named turnstiles and classes", `{
 	gpu_turnstile {
@@ -90,6 +94,9 @@ func TestCaddyfileValidForms(t *testing.T) {
 	gpu_turnstile image {
 		turnstile gpu1
 	}
+	gpu_turnstile @from_comfy llm {
+		during_job reject
+	}
 	handle /healthz {
 		gpu_turnstile_status gpu1
 	}
@@ -98,6 +105,7 @@ func TestCaddyfileValidForms(t *testing.T) {
 			`"gpu1":{"comfy":"http://127.0.0.1:9189"}`,
 			`{"class":"passthrough","handler":"gpu_turnstile"}`,
 			`{"class":"image","handler":"gpu_turnstile","turnstile":"gpu1"}`,
+			`{"class":"llm","during_job":"reject","handler":"gpu_turnstile"}`,
 			`{"handler":"gpu_turnstile_status","turnstile":"gpu1"}`,
 		}},
 		{"inside handle and route", globalBlock + `:11434 {
@@ -199,6 +207,12 @@ func TestCaddyfileInvalidForms(t *testing.T) {
 		{"unknown class", globalBlock + ":11434 {\n\tgpu_turnstile video\n}", `class "video"`},
 		{"unknown handler option", globalBlock + ":11434 {\n\tgpu_turnstile {\n\t\tmode llm\n\t}\n}", `unknown option "mode"`},
 		{"status unknown turnstile", globalBlock + ":11434 {\n\tgpu_turnstile_status gpu9\n}", `no turnstile named "gpu9"`},
+		{"vram size", opt("min_free_vram lots"), "min_free_vram"},
+		{"vram probe", opt("vram_probe nvml"), "vram_probe"},
+		{"vram probe index", opt("vram_probe comfy -1"), "vram_probe"},
+		{"vram probe needs comfy", opt("min_free_vram 1GiB"), "comfy probe needs comfy"},
+		{"early_unload takes no value", opt("early_unload yes"), "Caddyfile:"},
+		{"during_job value", globalBlock + ":11434 {\n\tgpu_turnstile {\n\t\tduring_job wait\n\t}\n}", "during_job"},
 		{"warm without ollama", "{\n\tgpu_turnstile {\n\t\tcomfy http://a:1\n\t\twarm_model llama3.2\n\t}\n}", "warm_model"},
 	}
 	for _, tc := range cases {

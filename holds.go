@@ -54,11 +54,10 @@ var errHoldPrepare = errors.New("the GPU could not be emptied for the hold")
 // went away), no hold is left behind.
 func (ts *turnstile) takeHold(ctx context.Context, owner string, ttl time.Duration) (*hold, error) {
 	start := time.Now()
-	if err := ts.lock.AcquireExclusive(ctx, lock.Hold); err != nil {
+	if err := ts.acquireExclusive(ctx, lock.Hold); err != nil {
 		holdEvents.WithLabelValues(ts.name, "cancelled").Inc()
 		return nil, err
 	}
-	ts.metrics.waitHold.Observe(time.Since(start).Seconds())
 	c := ts.cfg()
 	err := ts.unloadOllama(c)
 	if err == nil && c.comfy != nil {

@@ -31,10 +31,9 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 		return err
 	}
 	start := time.Now()
-	if err := ts.lock.AcquireExclusive(r.Context(), lock.Image); err != nil {
+	if err := ts.acquireExclusive(r.Context(), lock.Image); err != nil {
 		return caddyhttp.Error(statusClientClosed, fmt.Errorf("gpu_turnstile: client went away after waiting %v for the GPU", time.Since(start).Round(time.Millisecond)))
 	}
-	ts.metrics.waitImage.Observe(time.Since(start).Seconds())
 	// From here on every path gives the lock back.
 	c = ts.cfg()
 	job := &jobInfo{Source: "proxy", Phase: "unloading", Started: time.Now()}

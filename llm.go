@@ -14,6 +14,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
 )
 
 // waitBodyLimit bounds how much of a request body is read into memory
@@ -34,6 +36,9 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 		ts.metrics.waitLLM.Observe(0)
 		defer ts.lock.ReleaseShared()
 		return next.ServeHTTP(w, r)
+	}
+	if h.DuringJob != "" && ts.imageJobRunning() {
+		return h.serveDuringJob(w, r, next)
 	}
 	c := ts.cfg()
 	wait := c.llmWait
@@ -67,6 +72,32 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 	ts.metrics.waitLLM.Observe(waited.Seconds())
 	defer ts.lock.ReleaseShared()
 	return next.ServeHTTP(w, r)
+}
+
+// serveDuringJob serves an LLM request made from within a running image
+// job (as the operator's matcher says), which must not wait for that job.
+func (h *Handler) serveDuringJob(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	if h.DuringJob == "allow" {
+		h.ts.log().Info("LLM request let through during an image job (during_job allow)", zap.String("path", r.URL.Path))
+		return next.ServeHTTP(w, r)
+	}
+	msg := "gpu_turnstile: this LLM request comes from within a running image job and would wait for that job to end, which waits for it: refused (during_job reject)"
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusConflict)
+	var body any = map[string]string{"error": msg}
+	if strings.HasPrefix(strings.ToLower(r.URL.Path), "/v1/") {
+		body = map[string]any{"error": map[string]any{"message": msg, "type": "invalid_request_error", "param": nil, "code": "gpu_deadlock"}}
+	}
+	json.NewEncoder(w).Encode(body)
+	return nil
+}
+
+// imageJobRunning reports whether an image job holds the GPU now.
+func (ts *turnstile) imageJobRunning() bool {
+	ts.mu.Lock()
+	running := ts.job != nil
+	ts.mu.Unlock()
+	return running && ts.lock.State() == lock.Image
 }
 
 // bufferBody reads up to limit bytes of the request body into memory and

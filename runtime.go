@@ -267,10 +267,9 @@ func (ts *turnstile) runForeign() {
 	defer ts.foreign.Store(false)
 	c := ts.cfg()
 	ts.log().Info("comfyui has work that did not come through the turnstile; taking the GPU for it")
-	if err := ts.lock.AcquireExclusive(ts.ctx, lock.Image); err != nil {
+	if err := ts.acquireExclusive(ts.ctx, lock.Image); err != nil {
 		return
 	}
-	ts.metrics.waitImage.Observe(0)
 	ts.setJob(&jobInfo{Source: "comfyui", Phase: "unloading", Started: time.Now()})
 	ts.drainForeign(c)
 	ts.setJob(nil)
@@ -325,9 +324,15 @@ var errOllamaBusy = errors.New("ollama could not be emptied")
 // process is not running and holds no memory, so that counts as empty;
 // any other failure means Ollama may still hold the GPU.
 func (ts *turnstile) unloadOllama(c *config) error {
-	if c.ollama == nil {
-		return nil
+	if c.ollama != nil {
+		if err := ts.emptyOllama(c); err != nil {
+			return err
+		}
 	}
+	return ts.waitVRAM(c, c.unloadTimeout, "exclusive use")
+}
+
+func (ts *turnstile) emptyOllama(c *config) error {
 	ctx, cancel := context.WithTimeout(ts.ctx, c.unloadTimeout)
 	defer cancel()
 	start := time.Now()
@@ -350,6 +355,42 @@ func (ts *turnstile) unloadOllama(c *config) error {
 	return nil
 }
 
+// acquireExclusive waits for the GPU for an image job or a hold. With
+// early_unload, Ollama is asked to unload while the LLM requests drain.
+func (ts *turnstile) acquireExclusive(ctx context.Context, kind lock.Kind) error {
+	if c := ts.cfg(); c.EarlyUnload && c.ollama != nil && ts.lock.State() == lock.LLM {
+		go ts.unloadEarly(c)
+	}
+	start := time.Now()
+	if err := ts.lock.AcquireExclusive(ctx, kind); err != nil {
+		return err
+	}
+	waited := time.Since(start).Seconds()
+	if kind == lock.Hold {
+		ts.metrics.waitHold.Observe(waited)
+	} else {
+		ts.metrics.waitImage.Observe(waited)
+	}
+	return nil
+}
+
+// unloadEarly sends the unloads without waiting for them: Ollama carries
+// each out once the model's running requests have finished.
+func (ts *turnstile) unloadEarly(c *config) {
+	ctx, cancel := context.WithTimeout(ts.ctx, c.unloadTimeout)
+	defer cancel()
+	models, err := c.ollama.PS(ctx)
+	if err != nil {
+		return // the regular unload will report it
+	}
+	for _, m := range models {
+		c.ollama.Unload(ctx, m.Name)
+	}
+	if len(models) > 0 {
+		ts.log().Debug("early unload requested while LLM requests drain", zap.Int("models", len(models)))
+	}
+}
+
 // Free implements lock.Effects: ComfyUI's memory is freed, and the free
 // confirmed, before the GPU leaves exclusive use.
 func (ts *turnstile) Free() {
@@ -365,6 +406,12 @@ func (ts *turnstile) Free() {
 		err = c.comfy.WaitFreed(ctx, c.unloadPoll)
 	}
 	took := time.Since(start)
+	if err == nil {
+		if verr := ts.waitVRAM(c, max(c.freeTimeout-took, 0), "LLM use"); verr != nil {
+			ts.log().Warn("LLM requests go ahead without the memory min_free_vram asks for", zap.Error(verr))
+		}
+		took = time.Since(start)
+	}
 	switch {
 	case err == nil:
 		ts.comfyUp.set(nil)

@@ -3,6 +3,7 @@ package turnstile
 import (
 	"fmt"
 	"math"
+	"os/exec"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -89,6 +90,29 @@ type Settings struct {
 	// The client always gets the whole response, unbuffered. Default 65536.
 	PromptCaptureLimit int64 `json:"prompt_capture_limit,omitempty"`
 
+	// MinFreeVRAM, if set, is how many bytes of video memory must be free
+	// before the GPU changes hands: after Ollama's unload (before the
+	// prompt goes to ComfyUI; not reached within unload_timeout, the job
+	// is refused) and after ComfyUI's free (before LLM requests go; not
+	// reached within free_timeout, it is reported and they go anyway).
+	// Drivers free memory some seconds after a process lets go of it.
+	MinFreeVRAM int64 `json:"min_free_vram,omitempty"`
+
+	// VRAMProbe reads the card's free memory for min_free_vram: "comfy"
+	// (ComfyUI's /system_stats, the default when comfy is set) or
+	// "nvidia-smi". Each reading is bounded by probe_timeout.
+	VRAMProbe string `json:"vram_probe,omitempty"`
+
+	// GPUIndex is the device index the probe reads. Default 0.
+	GPUIndex int `json:"gpu_index,omitempty"`
+
+	// EarlyUnload asks Ollama to unload its models as soon as an image job
+	// or hold is waiting, instead of once the LLM requests have drained.
+	// Ollama unloads a model only after its running requests end, so they
+	// finish normally, and the unload is done by the time they are. Off
+	// by default.
+	EarlyUnload bool `json:"early_unload,omitempty"`
+
 	// MaxImageStreak bounds how many image jobs (or holds) in a row may
 	// take the GPU while LLM requests wait; then the waiting LLM requests
 	// get a turn. Zero (default) keeps strict image priority.
@@ -132,6 +156,7 @@ type config struct {
 	backoffInitial time.Duration
 	backoffMax     time.Duration
 	captureLimit   int64
+	probe          vramProbe // nil without min_free_vram
 }
 
 // validate checks the settings and returns them with defaults filled in.
@@ -209,6 +234,31 @@ func (s Settings) validate() (*config, error) {
 	}
 	if s.MaxImageStreak < 0 {
 		return nil, fmt.Errorf("max_image_streak: %d is negative", s.MaxImageStreak)
+	}
+	if s.MinFreeVRAM < 0 {
+		return nil, fmt.Errorf("min_free_vram: %d is negative", s.MinFreeVRAM)
+	}
+	if s.GPUIndex < 0 {
+		return nil, fmt.Errorf("gpu_index: %d is negative", s.GPUIndex)
+	}
+	switch s.VRAMProbe {
+	case "", "comfy":
+		if s.MinFreeVRAM > 0 {
+			if c.comfy == nil {
+				return nil, fmt.Errorf("min_free_vram: the comfy probe needs comfy to be set (or vram_probe nvidia-smi)")
+			}
+			c.probe = comfyProbe{c: c.comfy, index: s.GPUIndex}
+		}
+	case "nvidia-smi":
+		if s.MinFreeVRAM > 0 {
+			path, err := exec.LookPath("nvidia-smi")
+			if err != nil {
+				return nil, fmt.Errorf("vram_probe: nvidia-smi not found in PATH: %v", err)
+			}
+			c.probe = smiProbe{path: path, index: s.GPUIndex}
+		}
+	default:
+		return nil, fmt.Errorf("vram_probe: %q is neither comfy nor nvidia-smi", s.VRAMProbe)
 	}
 	if s.WarmModel != "" && c.ollama == nil {
 		return nil, fmt.Errorf("warm_model: %q needs ollama to be set", s.WarmModel)

@@ -172,6 +172,15 @@ type Handler struct {
 	// The turnstile (GPU) to use. Default "default".
 	Turnstile string `json:"turnstile,omitempty"`
 
+	// DuringJob decides what an LLM request does when it would wait for a
+	// running image job: "allow" lets it through as part of the job (its
+	// model loads beside the job's: keep it small), "reject" answers at
+	// once with 409 naming the cause. Unset, it waits like any other.
+	// Meant for requests that ComfyUI's own nodes make during a job
+	// (select them with a matcher): waiting would deadlock, the job
+	// waiting for the LLM and the LLM for the job.
+	DuringJob string `json:"during_job,omitempty"`
+
 	class class
 	ts    *turnstile
 }
@@ -191,6 +200,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("gpu_turnstile: %v", err)
 	}
 	h.class = c
+	switch h.DuringJob {
+	case "", "allow", "reject":
+	default:
+		return fmt.Errorf("gpu_turnstile: during_job %q is neither allow nor reject", h.DuringJob)
+	}
 	h.ts, err = lookupTurnstile(ctx, h.Turnstile)
 	return err
 }

@@ -38,6 +38,9 @@ type Options struct {
 	TokenDelay time.Duration
 	// SizeVRAM is the size each loaded model reports. Default 5 GiB.
 	SizeVRAM int64
+	// VRAMLag is how long video memory stays in use after a model has
+	// left /api/ps, as with real drivers (up to ~5 s). Default 0.
+	VRAMLag time.Duration
 }
 
 // Server is a running fake Ollama.
@@ -546,6 +549,10 @@ func (s *Server) startUnloadLocked(m *model) {
 			delete(s.models, m.name)
 		}
 		s.mu.Unlock()
+		if s.opts.VRAMLag > 0 {
+			s.gpu.Mark("ollama", "left ps "+m.name)
+			time.Sleep(s.opts.VRAMLag)
+		}
 		m.release("unload " + m.name)
 		close(m.gone)
 	}()
