@@ -77,27 +77,33 @@ func (ts *turnstile) waitVRAM(c *config, limit time.Duration, before string) err
 	defer cancel()
 	start := time.Now()
 	interval := 10 * time.Millisecond
-	var free int64
-	var err error
+	var free int64 // the last reading
+	var read bool
+	var probeErr error
 	for {
 		pctx, pcancel := context.WithTimeout(ctx, c.probeTimeout)
-		free, err = c.probe.freeVRAM(pctx)
+		f, err := c.probe.freeVRAM(pctx)
 		pcancel()
-		if err == nil && free >= c.MinFreeVRAM {
+		switch {
+		case err == nil && f >= c.MinFreeVRAM:
 			if took := time.Since(start); took > interval {
-				ts.log().Info("video memory free", zap.String("before", before), zap.Int64("free_mib", free>>20), zap.Duration("waited", took))
+				ts.log().Info("video memory free", zap.String("before", before), zap.Int64("free_mib", f>>20), zap.Duration("waited", took))
 			}
 			return nil
+		case err == nil:
+			free, read = f, true
+		case ctx.Err() == nil:
+			probeErr = err // a deadline passing mid-probe is not the probe's fault
 		}
 		t := time.NewTimer(interval)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			ts.metrics.upstreamErrors.WithLabelValues(ts.name, "vram", "probe").Inc()
-			if err != nil {
-				return fmt.Errorf("%w before %s: %v probe failed within %v: %v", errVRAMShort, before, c.probe, limit, err)
+			if read {
+				return fmt.Errorf("%w before %s: %d MiB free after %v, min_free_vram is %d MiB", errVRAMShort, before, free>>20, limit, c.MinFreeVRAM>>20)
 			}
-			return fmt.Errorf("%w before %s: %d MiB free after %v, min_free_vram is %d MiB", errVRAMShort, before, free>>20, limit, c.MinFreeVRAM>>20)
+			return fmt.Errorf("%w before %s: min_free_vram unverified, the %v probe gave no reading within %v: %v", errVRAMShort, before, c.probe, limit, probeErr)
 		case <-t.C:
 		}
 		interval = min(interval*2, c.unloadPoll)
