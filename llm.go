@@ -56,9 +56,11 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 		return err
 	}
 	start := time.Now()
+	id := ts.waiting.add(start)
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	err := ts.lock.AcquireShared(ctx)
 	cancel()
+	ts.waiting.done(id)
 	waited := time.Since(start)
 	if err != nil {
 		if r.Context().Err() != nil {

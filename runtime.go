@@ -48,6 +48,7 @@ type turnstile struct {
 	job       *jobInfo
 	holds     map[string]*hold
 
+	waiting waitTracker // when each waiting request started waiting
 	foreign atomic.Bool // a watch over work queued directly on ComfyUI runs
 	probing atomic.Bool // the start-up probe holds the lock
 	warming atomic.Bool // a warm-up holds a shared place
@@ -362,7 +363,10 @@ func (ts *turnstile) acquireExclusive(ctx context.Context, kind lock.Kind) error
 		go ts.unloadEarly(c)
 	}
 	start := time.Now()
-	if err := ts.lock.AcquireExclusive(ctx, kind); err != nil {
+	id := ts.waiting.add(start)
+	err := ts.lock.AcquireExclusive(ctx, kind)
+	ts.waiting.done(id)
+	if err != nil {
 		return err
 	}
 	waited := time.Since(start).Seconds()
@@ -483,6 +487,43 @@ func (ts *turnstile) warm() {
 		ts.history.addEvent("warm", took, c.WarmModel)
 		ts.log().Info("model warmed", zap.String("model", c.WarmModel), zap.Duration("duration", took))
 	}()
+}
+
+// waitTracker remembers when each waiting request began to wait, for the
+// status' oldest_wait_seconds. Only waiting requests pay for it.
+type waitTracker struct {
+	mu    sync.Mutex
+	next  uint64
+	since map[uint64]time.Time
+}
+
+func (w *waitTracker) add(t time.Time) uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.since == nil {
+		w.since = map[uint64]time.Time{}
+	}
+	w.next++
+	w.since[w.next] = t
+	return w.next
+}
+
+func (w *waitTracker) done(id uint64) {
+	w.mu.Lock()
+	delete(w.since, id)
+	w.mu.Unlock()
+}
+
+func (w *waitTracker) oldest() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var o time.Time
+	for _, t := range w.since {
+		if o.IsZero() || t.Before(o) {
+			o = t
+		}
+	}
+	return o
 }
 
 func randomID() string {

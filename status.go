@@ -27,6 +27,9 @@ type Status struct {
 	LLMWaiting   int    `json:"llm_waiting"`
 	ImageWaiting int    `json:"image_waiting"`
 	HoldWaiting  int    `json:"hold_waiting"`
+	// OldestWaitSeconds is how long the longest-waiting request (of any
+	// kind) has waited.
+	OldestWaitSeconds float64 `json:"oldest_wait_seconds"`
 	// Warming is true while warm_model loads (it counts as an LLM user).
 	Warming bool `json:"warming"`
 	// Freeing is true while ComfyUI frees its memory after a job.
@@ -67,6 +70,9 @@ func (ts *turnstile) status() Status {
 		FreeOwed:     snap.OwesFree,
 		Holds:        []holdStatus{},
 		Upstreams:    map[string]upstreamStatus{},
+	}
+	if oldest := ts.waiting.oldest(); !oldest.IsZero() {
+		st.OldestWaitSeconds = now.Sub(oldest).Seconds()
 	}
 	if st.Warming && st.LLMInflight > 0 {
 		st.LLMInflight--
@@ -143,6 +149,7 @@ func (h *StatusHandler) Provision(ctx caddy.Context) error {
 func (h *StatusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
 	q := r.URL.Query()
 	switch view := q.Get("view"); {
+	case view == "json":
 	case view == "history":
 		var since time.Time
 		if s := q.Get("since"); s != "" {
@@ -150,7 +157,7 @@ func (h *StatusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ cadd
 		}
 		return writeJSON(w, http.StatusOK, h.ts.history.view(since))
 	case view == "html" || (view == "" && wantsHTML(r)):
-		return servePage(w, r)
+		return servePage(w)
 	}
 	st := h.ts.status()
 	code := http.StatusOK

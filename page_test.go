@@ -1,0 +1,214 @@
+package turnstile
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+)
+
+func TestPageHeadersAndCSP(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	req, _ := http.NewRequest("GET", h.llm+"/healthz", nil)
+	req.Header.Set("Accept", "text/html,application/xhtml+xml")
+	resp, err := h.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	csp := resp.Header.Get("Content-Security-Policy")
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") || !strings.Contains(csp, "default-src 'none'") ||
+		strings.Contains(csp, "unsafe-inline") || !strings.Contains(csp, "script-src 'sha256-") {
+		t.Fatalf("page: %s, CSP %q", resp.Header.Get("Content-Type"), csp)
+	}
+	if r := h.do("GET", h.llm+"/healthz?view=json", ""); !strings.HasPrefix(r.body, `{"state":`) {
+		t.Fatalf("?view=json: %s", r.body)
+	}
+	// The page carries no data from the request: nothing can be reflected.
+	r := h.do("GET", h.llm+"/healthz?view=html&x=<script>alert(1)</script>", "")
+	if strings.Contains(r.body, "alert(1)") {
+		t.Fatal("request data echoed into the page")
+	}
+}
+
+func findChromium() string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// TestStatusPageInABrowser loads the page in headless Chromium through a
+// real Caddy, under the page's own CSP, and watches it follow the GPU from
+// llm to image and back without a reload.
+func TestStatusPageInABrowser(t *testing.T) {
+	chromium := findChromium()
+	if chromium == "" {
+		t.Skip("no Chromium found (Debian package chromium); .ci/run installs it")
+	}
+	h := newHarness(t, harnessOptions{comfy: comfyOpts(time.Hour)})
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true),
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1200, 1000))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, cancelT := context.WithTimeout(ctx, 60*time.Second)
+	defer cancelT()
+	var mu sync.Mutex
+	var problems []string
+	if err := chromedp.Listen(ctx, func(ev any) {
+		mu.Lock()
+		defer mu.Unlock()
+		if e, ok := ev.(*runtime.EventExceptionThrown); ok {
+			problems = append(problems, e.ExceptionDetails.Text)
+		}
+		if e, ok := ev.(*runtime.EventConsoleAPICalled); ok && e.Type == runtime.ConsoleAPICalledTypeError {
+			problems = append(problems, "console error")
+		}
+	}); err != nil {
+		t.Fatalf("starting Chromium: %v", err)
+	}
+	poll := func(expr string) error {
+		_, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(20*time.Second)))
+		return err
+	}
+	waitState := func(want string) error {
+		return poll(`document.getElementById("state").textContent === "` + want + `"`)
+	}
+	text := func(sel string) string {
+		s, _ := chromedp.Run(ctx, chromedp.Text(sel))
+		return s
+	}
+
+	resume := h.ollama.HoldChats()
+	finish := h.streamStart(context.Background(), "/api/chat", chatBody("llama3.2", true))
+	if _, err := chromedp.Run(ctx, chromedp.Navigate(h.llm+"/healthz?view=html")); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitState("LLM"); err != nil {
+		t.Fatalf("page never showed LLM (a blocked script shows nothing): %v; problems %v", err, problems)
+	}
+	img := h.postAsync(context.Background(), h.image+"/api/prompt", promptBody(3_600_000))
+	resume()
+	finish()
+	id := promptID(t, <-img)
+	if err := waitState("IMAGE"); err != nil {
+		t.Fatalf("page never showed IMAGE: %v", err)
+	}
+	summary := text("#summary")
+	if !strings.Contains(summary, "image job") {
+		t.Fatalf("summary %q", summary)
+	}
+	shot := screenshot(t, ctx, "status-page-image.png")
+	h.do("POST", h.comfy.URL+"/interrupt", "{}")
+	if err := waitState("IDLE"); err != nil {
+		t.Fatalf("page did not come back to IDLE: %v", err)
+	}
+	if err := poll(`[...document.querySelectorAll("#segs rect title")].some(t => t.textContent.startsWith("image"))`); err != nil {
+		t.Fatalf("the timeline does not show the job: %v", err)
+	}
+	if err := poll(`document.getElementById("jobs").textContent.includes("interrupted")`); err != nil {
+		t.Fatalf("the jobs table does not show the job: %v", err)
+	}
+	jobs := text("#jobs")
+	if !strings.Contains(jobs, id[:8]) {
+		t.Fatalf("jobs table %q lacks the job %s", jobs, id[:8])
+	}
+	screenshot(t, ctx, "status-page-idle.png")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(problems) > 0 {
+		t.Fatalf("page errors: %v", problems)
+	}
+	t.Logf("screenshots in %s", filepath.Dir(shot))
+}
+
+// screenshot saves a PNG as a test artefact: in $GPU_TURNSTILE_ARTIFACTS,
+// or the test's temporary directory.
+func screenshot(t *testing.T, ctx context.Context, name string) string {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := os.Getenv("GPU_TURNSTILE_ARTIFACTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestStatusPageScreenshot makes the README's screenshot after a short
+// varied scene. It runs only with GPU_TURNSTILE_SCREENSHOT=path.png.
+func TestStatusPageScreenshot(t *testing.T) {
+	out := os.Getenv("GPU_TURNSTILE_SCREENSHOT")
+	chromium := findChromium()
+	if out == "" || chromium == "" {
+		t.Skip("set GPU_TURNSTILE_SCREENSHOT=path.png (and install chromium) to make the README's screenshot")
+	}
+	h := newHarness(t, harnessOptions{settings: "warm_model llama3.2", comfy: comfyOpts(time.Hour)})
+	ctx := context.Background()
+	for round := range 3 {
+		for range 4 {
+			h.post(ctx, h.llm+"/api/chat", chatBody("llama3.2", false))
+		}
+		time.Sleep(1200 * time.Millisecond)
+		id := promptID(t, h.post(ctx, h.image+"/prompt", promptBody(3_600_000)))
+		time.Sleep(time.Duration(2+round) * time.Second)
+		if round < 2 {
+			h.do("POST", h.comfy.URL+"/interrupt", `{"prompt_id":"`+id+`"}`)
+			h.waitIdle()
+		}
+		if round == 0 {
+			hold := h.takeHold(t, "steam", "5m")
+			time.Sleep(2 * time.Second)
+			h.releaseHold(t, hold)
+			h.waitIdle()
+		}
+	}
+	// Two chats wait behind the running job.
+	for range 2 {
+		go h.post(ctx, h.llm+"/api/chat", chatBody("llama3.2", false))
+	}
+	h.waitStatus("chats waiting", func(st Status) bool { return st.LLMWaiting == 2 })
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-background-networking", true), chromedp.WindowSize(1100, 900))...)
+	defer cancelAlloc()
+	bctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	if _, err := chromedp.Run(bctx, chromedp.Navigate(h.llm+"/healthz?view=html")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(bctx, chromedp.Poll[bool](`document.getElementById("jobs").textContent.includes("interrupted")`, chromedp.WithPollingTimeout(20*time.Second))); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // a second refresh, for a settled picture
+	png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(out, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.do("POST", h.comfy.URL+"/interrupt", "{}")
+	h.waitIdle()
+}
