@@ -1,0 +1,397 @@
+/*
+ * The turnstile's lock protocol (package lock and its callers), as a
+ * Promela model for the spin model checker.
+ *
+ * Each inline below with a Lock method's name is that method, step for
+ * step, with its mutex held as an atomic block; lock/model_test.go checks
+ * that the names and the states match the Go code. The world around the
+ * lock is abstracted to what decides whether the GPU is shared: whether
+ * Ollama has a model loaded (or loading), whether ComfyUI runs a job,
+ * whether it keeps models after one.
+ *
+ * Processes: NLLM LLM requests, one image requester, one hold requester,
+ * and the warm-up after exclusive use. Each may be cancelled while it
+ * waits (a client that goes away); upstream steps may fail.
+ *
+ * Build-time switches:
+ *   -DMAX_STREAK=N          the fairness option max_image_streak (0: off)
+ *   -DFINITE                each requester makes ROUNDS requests, then stops
+ *   -DLIVE                  LLM request 0 and the image requester never give
+ *                           up (for the liveness properties)
+ *   -DBUG_RELEASE_ON_PROMPT the lock is given back when /prompt answers
+ *   -DBUG_SKIP_DEBT         a hand-over forgets the free it owes
+ *   -DBUG_WARM_UNLOCKED     the warm-up runs without holding the lock
+ */
+
+mtype = { idle, llm, image, hold };     /* lock.States, in order */
+
+#ifndef NLLM
+#define NLLM 2
+#endif
+#ifndef MAX_STREAK
+#define MAX_STREAK 0
+#endif
+#ifndef ROUNDS
+#define ROUNDS 2
+#endif
+#ifdef LIVE
+#define PATIENT 1
+#else
+#define PATIENT 0
+#endif
+#define NEXCL 2                          /* exclusive requesters: 0 image, 1 hold */
+
+/* --- the lock's state (lock.Lock's fields) --- */
+byte  shared = 0;                        /* shared holders */
+mtype excl = idle;                       /* the exclusive holder's kind */
+bool  freeing = false;                   /* a Free runs for the last exclusive holder */
+bool  owes = false;                      /* ComfyUI may hold a previous job's models */
+byte  streak = 0;                        /* exclusive grants in a row while shared waiters waited;
+                                            saturates at MAX_STREAK, the only value the policy compares */
+byte  sharedQ = 0;                       /* shared waiters */
+bool  sWaiting[NLLM];                    /* which LLM requests wait (the gate's waiters) */
+bool  admitted[NLLM];                    /* the gate was opened for them */
+byte  starved0 = 0;                      /* exclusive grants while LLM request 0 waits */
+byte  q[NEXCL];                          /* exclusive waiters, FIFO */
+byte  qlen = 0;
+bool  granted[NEXCL];
+mtype kindOf[NEXCL];
+
+/* --- the world --- */
+bool ollamaLoaded = false;               /* Ollama has a model loaded or loading */
+bool comfyRunning = false;               /* ComfyUI runs a job */
+bool comfyLoaded = false;                /* ComfyUI keeps a job's models */
+byte inExcl = 0;                         /* exclusive holders past their grant */
+bool warmReq = false;                    /* an exclusive release asked for a warm-up */
+
+/* for the liveness properties */
+bool llmWaiting[NLLM];
+bool exclWaiting[NEXCL];
+
+#define sharedFree   (excl == idle && !freeing && qlen == 0)
+#define turnDue      (MAX_STREAK > 0 && sharedQ > 0 && streak >= MAX_STREAK)
+#define gpuShared    (ollamaLoaded && (comfyRunning || comfyLoaded))
+
+inline addShared() { shared++ }
+
+inline admitSharedWaiters() {
+	shared = shared + sharedQ;
+	sharedQ = 0;
+	streak = 0;
+	k = 0;
+	do
+	:: k < NLLM -> if :: sWaiting[k] -> sWaiting[k] = false; admitted[k] = true :: else -> skip fi; k++
+	:: else -> k = 0; break
+	od;
+	starved0 = 0
+}
+
+inline grantExclusive(w) {
+	excl = kindOf[w];
+	if
+	:: sharedQ > 0 && streak < MAX_STREAK -> streak++
+	:: else -> skip
+	fi;
+	if
+	:: sWaiting[0] && starved0 <= MAX_STREAK && MAX_STREAK > 0 -> starved0++
+	:: else -> skip
+	fi;
+	granted[w] = true
+}
+
+/* grantNextExclusive: the first exclusive waiter gets the lock if no
+   shared holder is left; done says whether it did. */
+inline grantNextExclusive(done) {
+	if
+	:: qlen > 0 && shared == 0 ->
+		w = q[0];
+		i = 0;
+		do
+		:: i + 1 < qlen -> q[i] = q[i + 1]; i++
+		:: else -> break
+		od;
+		qlen--;
+		q[qlen] = 0;
+		grantExclusive(w);
+		w = 0; i = 0;
+		done = true
+	:: else -> done = false
+	fi
+}
+
+inline TryAcquireShared(ok) {
+	d_step {
+		if
+		:: sharedFree -> addShared(); ok = true
+		:: else -> ok = false
+		fi
+	}
+}
+
+inline AcquireShared(ok) {
+	d_step {
+		if
+		:: sharedFree -> addShared(); ok = true
+		:: else -> sharedQ++; sWaiting[me] = true; ok = false
+		fi
+	}
+	if
+	:: ok -> skip
+	:: else ->
+		if
+		:: admitted[me] -> admitted[me] = false; ok = true      /* admitted */
+		:: cancellable -> d_step {                   /* cancelled */
+			if
+			:: admitted[me] -> admitted[me] = false; ok = true; cancelAfterGrant = true
+			:: else -> sharedQ--; sWaiting[me] = false; ok = false;
+				if :: me == 0 -> starved0 = 0 :: else -> skip fi
+			fi
+		   }
+		fi;
+		if
+		:: cancelAfterGrant -> cancelAfterGrant = false; ReleaseShared(); ok = false
+		:: else -> skip
+		fi
+	fi
+}
+
+inline ReleaseShared() {
+	d_step {
+		assert(shared > 0);
+		shared--;
+		if
+		:: shared == 0 -> grantNextExclusive(done)
+		:: else -> skip
+		fi
+	}
+}
+
+inline AcquireExclusive(id, ok) {
+	d_step {
+		if
+		:: shared == 0 && excl == idle && !freeing && qlen == 0 -> grantExclusive(id)
+		:: else -> q[qlen] = id; qlen++
+		fi
+	}
+	if
+	:: granted[id] -> ok = true
+	:: cancellable -> d_step {                        /* cancelled */
+		if
+		:: granted[id] -> cancelAfterGrant = true
+		:: else ->
+			i = 0;
+			do
+			:: i < qlen && q[i] != id -> i++
+			:: else -> break
+			od;
+			do
+			:: i + 1 < qlen -> q[i] = q[i + 1]; i++
+			:: else -> break
+			od;
+			qlen--;
+			q[qlen] = 0;
+			i = 0;
+			if
+			:: qlen == 0 && excl == idle && !freeing && sharedQ > 0 -> admitSharedWaiters()
+			:: else -> skip
+			fi
+		fi;
+		ok = false
+	   }
+	fi;
+	if
+	:: cancelAfterGrant -> cancelAfterGrant = false; granted[id] = false; ReleaseExclusive(false, handed)
+	:: else -> skip
+	fi
+}
+
+/* ReleaseExclusive: hand over to the next exclusive waiter (the debt goes
+   with it), or pay the debt (Free) and admit the shared waiters. */
+inline ReleaseExclusive(jobRan, handed) {
+	d_step {
+		assert(excl != idle && !freeing);
+		owes = owes || jobRan;
+		handed = false
+	}
+	do
+	:: d_step {
+		if
+		:: !turnDue && qlen > 0 && shared == 0 ->
+			grantNextExclusive(done);
+#ifdef BUG_SKIP_DEBT
+			owes = false;
+#endif
+			handed = true;
+			needFree = false
+		:: else ->
+			if
+			:: owes -> freeing = true; needFree = true
+			:: else ->
+				needFree = false;
+				excl = idle;
+				streak = 0;
+				if
+				:: sharedQ > 0 -> admitSharedWaiters()
+				:: else -> grantNextExclusive(done)
+				fi
+			fi
+		fi
+	   }
+	   if
+	   :: handed || !needFree -> break
+	   :: else ->
+		comfyLoaded = false;                      /* Effects.Free: ComfyUI's free, confirmed */
+		d_step { freeing = false; owes = false }
+	   fi
+	od
+}
+
+inline Paid() { owes = false }
+
+/* SetOptions changes MaxExclusiveStreak; the model fixes it at build time. */
+inline SetOptions() { skip }
+
+/* --- the requesters --- */
+
+proctype LLMRequest(byte me) {
+	bool ok, done, cancelAfterGrant;
+	bool cancellable = !(PATIENT && me == 0);
+	byte w, i, k, n = 0;
+end:
+	do
+	:: 
+#ifdef FINITE
+		n < ROUNDS -> n++;
+#endif
+		llmWaiting[me] = true;
+		if
+		:: AcquireShared(ok)
+		:: cancellable -> TryAcquireShared(ok)      /* reject mode */
+		fi;
+		llmWaiting[me] = false;
+		if
+		:: ok ->
+			d_step { ollamaLoaded = true; assert(excl == idle && !freeing) };   /* it stays loaded (keep-alive) */
+			ReleaseShared()
+		:: else -> skip
+		fi
+#ifdef FINITE
+	:: n >= ROUNDS -> break
+#endif
+	od
+}
+
+proctype Exclusive(byte id) {
+	bool ok, done, handed, needFree, cancelAfterGrant, jobRan;
+	bool cancellable = !(PATIENT && id == 0);
+	byte w, i, k, n = 0;
+end:
+	do
+	::
+#ifdef FINITE
+		n < ROUNDS -> n++;
+#endif
+		exclWaiting[id] = true;
+		AcquireExclusive(id, ok);
+		exclWaiting[id] = false;
+		if
+		:: ok ->
+			granted[id] = false;
+			atomic { inExcl++; assert(inExcl == 1 && shared == 0 && excl == kindOf[id]) };
+			jobRan = false;
+			/* unloadOllama: confirmed empty, or the job is refused */
+			if
+			:: ollamaLoaded = false -> skip
+			:: true -> goto release                /* unload failed */
+			fi;
+			if
+			:: kindOf[id] == hold ->
+				comfyLoaded = false; Paid()        /* a hold frees ComfyUI on entry */
+			:: kindOf[id] == image ->
+				if
+				:: true                              /* the prompt is refused (400): no job */
+				:: atomic { comfyRunning = true; comfyLoaded = true; jobRan = true };
+#ifdef BUG_RELEASE_ON_PROMPT
+					inExcl--;
+					ReleaseExclusive(jobRan, handed);
+					comfyRunning = false;             /* the job ends later, unguarded */
+					goto next;
+#endif
+					comfyRunning = false            /* the job ends; its models stay */
+				fi
+			fi;
+release:
+			inExcl--;
+			ReleaseExclusive(jobRan, handed);
+			if
+			:: !handed -> warmReq = true
+			:: else -> skip
+			fi
+		:: else -> skip
+		fi;
+next:
+		skip
+#ifdef FINITE
+	:: n >= ROUNDS -> break
+#endif
+	od
+}
+
+/* The warm-up after exclusive use: a shared holder, so an exclusive
+   waiter waits for it instead of unloading a model still loading. */
+proctype Warm() {
+	bool ok, done;
+	byte w, i, k;
+end:
+	do
+	:: warmReq ->
+		warmReq = false;
+#ifdef BUG_WARM_UNLOCKED
+		ollamaLoaded = true
+#else
+		TryAcquireShared(ok);
+		if
+		:: ok -> ollamaLoaded = true; ReleaseShared()
+		:: else -> skip
+		fi
+#endif
+	od
+}
+
+/* With finite requesters, once nobody can move the lock must be idle. */
+proctype Quiescence() {
+	timeout ->
+	assert(shared == 0 && excl == idle && !freeing && sharedQ == 0 && qlen == 0 && inExcl == 0)
+}
+
+init {
+	byte k;
+	kindOf[0] = image;
+	kindOf[1] = hold;
+	atomic {
+		k = 0;
+		do
+		:: k < NLLM -> run LLMRequest(k); k++
+		:: else -> break
+		od;
+		run Exclusive(0);
+		run Exclusive(1);
+		run Warm();
+#ifdef FINITE
+		run Quiescence()
+#endif
+	}
+}
+
+/* Safety: the GPU is never used by Ollama and ComfyUI at once, and LLM
+   holders never coexist with an exclusive holder. */
+ltl safe { [] (!gpuShared && !(shared > 0 && excl != idle)) }
+
+/* Liveness under weak fairness: a waiting exclusive requester is served
+   (or leaves); with max_image_streak a waiting LLM request is too. */
+ltl exclLive { [] (exclWaiting[0] -> <> !exclWaiting[0]) }
+ltl llmLive { [] (llmWaiting[0] -> <> !llmWaiting[0]) }
+
+/* Bounded starvation with max_image_streak: a waiting LLM request sees at
+   most that many exclusive grants before it is admitted. */
+ltl bounded { [] (MAX_STREAK == 0 || starved0 <= MAX_STREAK) }
