@@ -11,6 +11,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/poll"
+
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/comfy"
 )
 
@@ -76,7 +78,7 @@ func (ts *turnstile) waitVRAM(c *config, limit time.Duration, before string) err
 	ctx, cancel := context.WithTimeout(ts.ctx, limit)
 	defer cancel()
 	start := time.Now()
-	interval := 10 * time.Millisecond
+	pace := poll.New(c.unloadPoll)
 	var free int64 // the last reading
 	var read bool
 	var probeErr error
@@ -86,7 +88,7 @@ func (ts *turnstile) waitVRAM(c *config, limit time.Duration, before string) err
 		pcancel()
 		switch {
 		case err == nil && f >= c.MinFreeVRAM:
-			if took := time.Since(start); took > interval {
+			if took := time.Since(start); took > 10*time.Millisecond {
 				ts.log().Info("video memory free", zap.String("before", before), zap.Int64("free_mib", f>>20), zap.Duration("waited", took))
 			}
 			return nil
@@ -95,17 +97,12 @@ func (ts *turnstile) waitVRAM(c *config, limit time.Duration, before string) err
 		case ctx.Err() == nil:
 			probeErr = err // a deadline passing mid-probe is not the probe's fault
 		}
-		t := time.NewTimer(interval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if pace.Wait(ctx) != nil {
 			ts.metrics.upstreamErrors.WithLabelValues(ts.name, "vram", "probe").Inc()
 			if read {
 				return fmt.Errorf("%w before %s: %d MiB free after %v, min_free_vram is %d MiB", errVRAMShort, before, free>>20, limit, c.MinFreeVRAM>>20)
 			}
 			return fmt.Errorf("%w before %s: min_free_vram unverified, the %v probe gave no reading within %v: %v", errVRAMShort, before, c.probe, limit, probeErr)
-		case <-t.C:
 		}
-		interval = min(interval*2, c.unloadPoll)
 	}
 }

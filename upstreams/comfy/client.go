@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/poll"
 )
 
 // Client talks to one ComfyUI server.
@@ -137,7 +139,7 @@ const FreedThreshold = 512 << 20
 // the GPU goes to Ollama only once the free has taken effect. A server
 // without /system_stats, or without CUDA devices, counts as freed.
 func (c *Client) WaitFreed(ctx context.Context, maxInterval time.Duration) error {
-	interval := 5 * time.Millisecond
+	pace := poll.New(maxInterval)
 	for {
 		devs, err := c.SystemStats(ctx)
 		var se *StatusError
@@ -154,14 +156,9 @@ func (c *Client) WaitFreed(ctx context.Context, maxInterval time.Duration) error
 		if reserved <= FreedThreshold {
 			return nil
 		}
-		t := time.NewTimer(interval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("comfyui still reserves %d MiB: %w", reserved>>20, ctx.Err())
-		case <-t.C:
+		if err := pace.Wait(ctx); err != nil {
+			return fmt.Errorf("comfyui still reserves %d MiB: %w", reserved>>20, err)
 		}
-		interval = min(interval*2, maxInterval)
 	}
 }
 

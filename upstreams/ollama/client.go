@@ -14,6 +14,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/poll"
 )
 
 // Client talks to one Ollama server.
@@ -83,7 +85,7 @@ func (c *Client) Warm(ctx context.Context, model, keepAlive string) error {
 
 // UnloadAll unloads every loaded model and polls /api/ps until it lists
 // none, or ctx ends. It polls fast at first (most unloads take well under
-// a second) and backs off to maxInterval. A model that appears while it
+// a second) and backs off to maxInterval (see package poll). A model that appears while it
 // polls (loaded by someone who bypassed the turnstile) is unloaded too. It
 // returns the names it asked to unload.
 func (c *Client) UnloadAll(ctx context.Context, maxInterval time.Duration) ([]string, error) {
@@ -97,7 +99,7 @@ func (c *Client) UnloadAll(ctx context.Context, maxInterval time.Duration) ([]st
 		}
 		return fmt.Errorf("ollama still lists %s: %w", strings.Join(left, ", "), err)
 	}
-	interval := 5 * time.Millisecond
+	pace := poll.New(maxInterval)
 	for {
 		listed, err := c.PS(ctx)
 		switch {
@@ -124,14 +126,9 @@ func (c *Client) UnloadAll(ctx context.Context, maxInterval time.Duration) ([]st
 				return names, fmt.Errorf("unload %s: %w", name, err)
 			}
 		}
-		t := time.NewTimer(interval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return names, stillListed(ctx.Err())
-		case <-t.C:
+		if err := pace.Wait(ctx); err != nil {
+			return names, stillListed(err)
 		}
-		interval = min(interval*2, maxInterval)
 	}
 }
 

@@ -295,6 +295,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 	s.requests.Add(1)
 	s.inflight.Add(1)
 	defer s.inflight.Add(-1)
+	defer s.gpu.Mark("ollama", "done "+r.URL.Path+" "+name)
 	chat := strings.HasSuffix(r.URL.Path, "/chat")
 	chunk := func(tok string, last bool) map[string]any {
 		m := map[string]any{"model": name, "created_at": time.Now().UTC().Format(time.RFC3339Nano), "done": last}
@@ -528,6 +529,7 @@ func (s *Server) requestUnload(name string) {
 		return
 	}
 	m.unloadReq = true
+	s.gpu.Mark("ollama", "unload requested "+name)
 	if m.refs == 0 {
 		s.startUnloadLocked(m)
 	}
