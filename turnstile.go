@@ -220,10 +220,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if caddyhttp.GetVar(r.Context(), handledVar) != nil {
 		return next.ServeHTTP(w, r)
 	}
-	caddyhttp.SetVar(r.Context(), handledVar, true)
 	c := h.class
 	if c == classAuto {
 		c = classify(r)
+	}
+	// A passthrough found by auto mode holds nothing, so a later handler
+	// may look again; any other decision is final.
+	if c != classPassthrough || h.class != classAuto {
+		caddyhttp.SetVar(r.Context(), handledVar, true)
 	}
 	switch c {
 	case classLLM:

@@ -2,6 +2,8 @@ package lock
 
 import (
 	"context"
+	"runtime"
+	"sync"
 	"testing"
 )
 
@@ -72,5 +74,32 @@ func BenchmarkExclusiveHandOver(b *testing.B) {
 	for b.Loop() {
 		l.AcquireExclusive(ctx, Image)
 		l.ReleaseExclusive(false)
+	}
+}
+
+// BenchmarkWake10000 is the lock's part of releasing 10,000 waiting LLM
+// requests at once: from the exclusive release to the last one holding.
+func BenchmarkWake10000(b *testing.B) {
+	const n = 10000
+	b.StopTimer()
+	for range b.N {
+		l := New(nopEffects{}, Options{})
+		ctx := context.Background()
+		l.AcquireExclusive(ctx, Image)
+		var wg sync.WaitGroup
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l.AcquireShared(ctx)
+			}()
+		}
+		for l.Snapshot().SharedWaiting < n {
+			runtime.Gosched()
+		}
+		b.StartTimer()
+		l.ReleaseExclusive(false)
+		wg.Wait()
+		b.StopTimer()
 	}
 }

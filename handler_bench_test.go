@@ -1,0 +1,88 @@
+package turnstile
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+// benchHandler is a gpu_turnstile handler on a fresh turnstile, without
+// Caddy around it, so the benchmark measures the middleware alone.
+func benchHandler(b *testing.B) *Handler {
+	c, err := Settings{Ollama: "http://127.0.0.1:1"}.validate()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ts := newTurnstile("bench")
+	ts.cfgp.Store(c)
+	return &Handler{class: classAuto, ts: ts}
+}
+
+func benchRequest(method, path string) *http.Request {
+	r := httptest.NewRequest(method, path, nil)
+	ctx := context.WithValue(r.Context(), caddyhttp.VarsCtxKey, map[string]any{})
+	return r.WithContext(ctx)
+}
+
+var nopNext = caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error { return nil })
+
+// BenchmarkHandlerLLM is the middleware's cost for an LLM request when the
+// GPU is free: classify, take the shared lock, call next, release.
+func BenchmarkHandlerLLM(b *testing.B) {
+	h := benchHandler(b)
+	h.ts.lock.TryAcquireShared() // another request in flight: no idle<->llm transition
+	r := benchRequest("POST", "/api/chat")
+	w := httptest.NewRecorder()
+	b.ReportAllocs()
+	for b.Loop() {
+		delete(r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any), handledVar)
+		h.ServeHTTP(w, r, nopNext)
+	}
+}
+
+// BenchmarkHandlerLLMFromIdle is the same for a request that finds the GPU
+// idle, so it also pays the idle -> llm -> idle transitions.
+func BenchmarkHandlerLLMFromIdle(b *testing.B) {
+	h := benchHandler(b)
+	r := benchRequest("POST", "/v1/chat/completions")
+	w := httptest.NewRecorder()
+	b.ReportAllocs()
+	for b.Loop() {
+		delete(r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any), handledVar)
+		h.ServeHTTP(w, r, nopNext)
+	}
+}
+
+// BenchmarkHandlerPassthrough is the middleware's cost for everything
+// else: classify and call next.
+func BenchmarkHandlerPassthrough(b *testing.B) {
+	h := benchHandler(b)
+	r := benchRequest("GET", "/api/tags")
+	w := httptest.NewRecorder()
+	b.ReportAllocs()
+	for b.Loop() {
+		h.ServeHTTP(w, r, nopNext)
+	}
+}
+
+func TestHandlerPathsDoNotAllocate(t *testing.T) {
+	c, _ := Settings{Ollama: "http://127.0.0.1:1"}.validate()
+	ts := newTurnstile("alloc")
+	ts.cfgp.Store(c)
+	h := &Handler{class: classAuto, ts: ts}
+	ts.lock.TryAcquireShared()
+	for _, tc := range []struct{ method, path string }{{"POST", "/api/chat"}, {"GET", "/api/tags"}} {
+		r := benchRequest(tc.method, tc.path)
+		vars := r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
+		w := httptest.NewRecorder()
+		if n := testing.AllocsPerRun(200, func() {
+			delete(vars, handledVar)
+			h.ServeHTTP(w, r, nopNext)
+		}); n != 0 {
+			t.Errorf("%s %s: %v allocations per request in the middleware", tc.method, tc.path, n)
+		}
+	}
+}
