@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/comfy"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/jsonhttp"
 )
 
 // turnstiles holds one runtime per turnstile name, process-wide. Each
@@ -340,7 +341,7 @@ func (ts *turnstile) emptyOllama(c *config) error {
 	names, err := c.ollama.UnloadAll(ctx, c.unloadPoll)
 	took := time.Since(start)
 	ts.ollamaUp.set(err)
-	if err != nil && comfy.Refused(err) {
+	if err != nil && jsonhttp.Refused(err) {
 		ts.log().Warn("ollama refuses connections: not running, so holding no GPU memory", zap.Error(err))
 		return nil
 	}

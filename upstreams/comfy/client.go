@@ -5,42 +5,36 @@
 package comfy
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
-	"strings"
-	"syscall"
 	"time"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/jsonhttp"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/poll"
 )
 
 // Client talks to one ComfyUI server.
 type Client struct {
-	base string
-	hc   *http.Client
+	c  jsonhttp.Client
+	hc *http.Client // for the websocket
 }
 
 // NewClient returns a client for the ComfyUI server at baseURL
 // (e.g. http://127.0.0.1:8189). hc may be nil.
 func NewClient(baseURL string, hc *http.Client) (*Client, error) {
-	u, err := url.Parse(baseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("invalid ComfyUI URL %q: want http(s)://host:port", baseURL)
+	c, err := jsonhttp.New("comfyui", baseURL, hc)
+	if err != nil {
+		return nil, err
 	}
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	return &Client{base: strings.TrimRight(baseURL, "/"), hc: hc}, nil
+	return &Client{c: c, hc: hc}, nil
 }
 
 // URL returns the server's base URL.
-func (c *Client) URL() string { return c.base }
+func (c *Client) URL() string { return c.c.URL() }
 
 // JobStatus is a finished job's status from its history entry.
 type JobStatus struct {
@@ -163,51 +157,12 @@ func (c *Client) WaitFreed(ctx context.Context, maxInterval time.Duration) error
 }
 
 // StatusError is a non-2xx answer from ComfyUI.
-type StatusError struct {
-	Status int
-	Body   string
-}
-
-func (e *StatusError) Error() string {
-	return fmt.Sprintf("comfyui answered %d: %s", e.Status, e.Body)
-}
+type StatusError = jsonhttp.StatusError
 
 // Refused reports whether err means nothing listens at the server's
 // address: the process is not running, so it holds no GPU memory.
-func Refused(err error) bool {
-	return errors.Is(err, syscall.ECONNREFUSED)
-}
+func Refused(err error) bool { return jsonhttp.Refused(err) }
 
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
-	if err != nil {
-		return err
-	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode/100 != 2 {
-		return &StatusError{Status: resp.StatusCode, Body: strings.TrimSpace(string(data))}
-	}
-	if out == nil || len(bytes.TrimSpace(data)) == 0 {
-		return nil
-	}
-	return json.Unmarshal(data, out)
+	return c.c.Do(ctx, method, path, in, out, 16<<20)
 }

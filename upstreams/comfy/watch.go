@@ -72,7 +72,7 @@ func (w *Watcher) signal(update func()) {
 
 // Run keeps the socket open until ctx ends.
 func (w *Watcher) Run(ctx context.Context) {
-	u, _ := url.Parse(w.c.base + "/ws")
+	u, _ := url.Parse(w.c.URL() + "/ws")
 	u.Scheme = strings.Replace(u.Scheme, "http", "ws", 1)
 	u.RawQuery = url.Values{"clientId": {w.clientID}}.Encode()
 	delay := w.initial

@@ -4,41 +4,34 @@
 package ollama
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/jsonhttp"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/poll"
 )
 
 // Client talks to one Ollama server.
 type Client struct {
-	base string
-	hc   *http.Client
+	c jsonhttp.Client
 }
 
 // NewClient returns a client for the Ollama server at baseURL
 // (e.g. http://127.0.0.1:11435). hc may be nil.
 func NewClient(baseURL string, hc *http.Client) (*Client, error) {
-	u, err := url.Parse(baseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("invalid Ollama URL %q: want http(s)://host:port", baseURL)
+	c, err := jsonhttp.New("ollama", baseURL, hc)
+	if err != nil {
+		return nil, err
 	}
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	return &Client{base: strings.TrimRight(baseURL, "/"), hc: hc}, nil
+	return &Client{c: c}, nil
 }
 
 // URL returns the server's base URL.
-func (c *Client) URL() string { return c.base }
+func (c *Client) URL() string { return c.c.URL() }
 
 // RunningModel is one entry of /api/ps.
 type RunningModel struct {
@@ -133,53 +126,8 @@ func (c *Client) UnloadAll(ctx context.Context, maxInterval time.Duration) ([]st
 }
 
 // StatusError is a non-2xx answer from Ollama.
-type StatusError struct {
-	Status  int
-	Message string
-}
-
-func (e *StatusError) Error() string {
-	return fmt.Sprintf("ollama answered %d: %s", e.Status, e.Message)
-}
+type StatusError = jsonhttp.StatusError
 
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
-	if err != nil {
-		return err
-	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode/100 != 2 {
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(data, &e) != nil || e.Error == "" {
-			e.Error = strings.TrimSpace(string(data))
-		}
-		return &StatusError{Status: resp.StatusCode, Message: e.Error}
-	}
-	if out == nil {
-		return nil
-	}
-	// A warm-up or unload may stream NDJSON if the server ignores
-	// stream:false; the first object is enough.
-	return json.NewDecoder(bytes.NewReader(data)).Decode(out)
+	return c.c.Do(ctx, method, path, in, out, 4<<20)
 }
