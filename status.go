@@ -96,7 +96,7 @@ func (ts *turnstile) status() Status {
 	st.ImagePending = snap.ImageWaiting > 0 || (snap.State == lock.Image)
 	if c := ts.cfg(); c != nil {
 		if c.Ollama != "" {
-			st.Upstreams["ollama"] = upstreamStatus{URL: c.Ollama, Reachable: ts.ollamaUp.get()}
+			st.Upstreams["ollama"] = upstreamStatus{URL: redactURL(c.Ollama), Reachable: ts.ollamaUp.get()}
 		}
 		if c.Comfy != "" {
 			ws := ts.wsUp.Load()
@@ -105,7 +105,7 @@ func (ts *turnstile) status() Status {
 				t := true
 				reach = &t
 			}
-			st.Upstreams["comfy"] = upstreamStatus{URL: c.Comfy, Reachable: reach, Websocket: &ws}
+			st.Upstreams["comfy"] = upstreamStatus{URL: redactURL(c.Comfy), Reachable: reach, Websocket: &ws}
 		}
 	}
 	return st

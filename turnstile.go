@@ -14,6 +14,7 @@ package turnstile
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"sort"
 
 	"github.com/caddyserver/caddy/v2"
@@ -96,7 +97,7 @@ func (a *App) Start() error {
 		log := a.logger.With(zap.String("turnstile", name))
 		ts.apply(c, log)
 		log.Info("gpu turnstile ready",
-			zap.String("ollama", c.Ollama), zap.String("comfy", c.Comfy),
+			zap.String("ollama", redactURL(c.Ollama)), zap.String("comfy", redactURL(c.Comfy)),
 			zap.String("llm_busy_mode", map[bool]string{false: "wait", true: "reject"}[c.reject]),
 			zap.Int("llm_busy_status", c.busyStatus), zap.Duration("busy_retry_after", c.retryAfter),
 			zap.Duration("llm_wait_timeout", c.llmWait), zap.Duration("unload_timeout", c.unloadTimeout),
@@ -124,6 +125,16 @@ func (a *App) Cleanup() error {
 	}
 	a.taken = nil
 	return nil
+}
+
+// redactURL hides a password in an upstream URL before it is logged or
+// shown in the status.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	return u.Redacted()
 }
 
 func runtimeOf(name string) *turnstile {
