@@ -7,7 +7,6 @@ package comfy
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -94,13 +93,6 @@ func (c *Client) Queue(ctx context.Context) (running, pending []string, err erro
 	return ids(out.Running), ids(out.Pending), nil
 }
 
-// Free asks ComfyUI to unload its models and free its cache. ComfyUI only
-// sets flags and answers at once; its worker acts when idle. See
-// WaitFreed.
-func (c *Client) Free(ctx context.Context) error {
-	return c.do(ctx, http.MethodPost, "/free", map[string]bool{"unload_models": true, "free_memory": true}, nil)
-}
-
 // Device is one entry of /system_stats' devices.
 type Device struct {
 	Name           string `json:"name"`
@@ -128,32 +120,72 @@ func (c *Client) SystemStats(ctx context.Context) ([]Device, error) {
 // cache emptied, ComfyUI keeps little beyond its CUDA context.
 const FreedThreshold = 512 << 20
 
-// WaitFreed polls /system_stats until ComfyUI's reserved memory
-// (torch_vram_total, summed over devices) is at most FreedThreshold, so
-// the GPU goes to Ollama only once the free has taken effect. A server
-// without /system_stats, or without CUDA devices, counts as freed.
-func (c *Client) WaitFreed(ctx context.Context, maxInterval time.Duration) error {
+// unchangedFor is how long a reading that does not move at all after a
+// free is watched before it is taken as not reflecting frees (a ComfyUI
+// that acts on /free does so within milliseconds once idle).
+const unchangedFor = time.Second
+
+// Freed says what FreeAndConfirm could establish.
+type Freed int
+
+// The results of FreeAndConfirm.
+const (
+	FreedConfirmed   Freed = iota // the reserved memory dropped
+	FreedNothingHeld              // little was reserved before the free
+	FreedUnverified               // /system_stats is missing, or does not move
+)
+
+// FreeAndConfirm asks ComfyUI to unload its models and free its cache
+// (POST /free, which only sets flags for ComfyUI's worker) and confirms it
+// through /system_stats: the memory PyTorch reserves on the GPU
+// (torch_vram_total of CUDA-like devices) falls to FreedThreshold or by
+// half. A server without /system_stats, or whose reading does not move at
+// all for a second, cannot confirm it.
+func (c *Client) FreeAndConfirm(ctx context.Context, maxInterval time.Duration) (Freed, error) {
+	before, statsErr := c.reserved(ctx)
+	if err := c.do(ctx, http.MethodPost, "/free", map[string]bool{"unload_models": true, "free_memory": true}, nil); err != nil {
+		return FreedUnverified, err
+	}
+	switch {
+	case statsErr != nil:
+		return FreedUnverified, nil
+	case before <= FreedThreshold:
+		return FreedNothingHeld, nil
+	}
 	pace := poll.New(maxInterval)
+	start := time.Now()
 	for {
-		devs, err := c.SystemStats(ctx)
-		var se *StatusError
-		if errors.As(err, &se) && se.Status == http.StatusNotFound {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		var reserved int64
-		for _, d := range devs {
-			reserved += d.TorchVRAMTotal
-		}
-		if reserved <= FreedThreshold {
-			return nil
+		now, err := c.reserved(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			return FreedUnverified, err
+		case err == nil && (now <= FreedThreshold || now <= before/2):
+			return FreedConfirmed, nil
+		case err == nil && now == before && time.Since(start) >= unchangedFor:
+			return FreedUnverified, nil
 		}
 		if err := pace.Wait(ctx); err != nil {
-			return fmt.Errorf("comfyui still reserves %d MiB: %w", reserved>>20, err)
+			return FreedUnverified, fmt.Errorf("comfyui still reserves %d MiB: %w", now>>20, err)
 		}
 	}
+}
+
+// reserved sums torch_vram_total over the devices where it is PyTorch's
+// reserved memory (CUDA, XPU, NPU, MLU); on CPU, MPS and DirectML it is a
+// capacity, not a use.
+func (c *Client) reserved(ctx context.Context) (int64, error) {
+	devs, err := c.SystemStats(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var sum int64
+	for _, d := range devs {
+		switch d.Type {
+		case "cuda", "xpu", "npu", "mlu":
+			sum += d.TorchVRAMTotal
+		}
+	}
+	return sum, nil
 }
 
 // StatusError is a non-2xx answer from ComfyUI.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -179,25 +180,48 @@ func TestValidationShape(t *testing.T) {
 	}
 }
 
-func TestFreeAndWaitFreed(t *testing.T) {
-	srv, c := newComfy(t, comfytest.Options{JobDuration: 10 * time.Millisecond})
+func TestFreeAndConfirm(t *testing.T) {
+	srv, c := newComfy(t, comfytest.Options{JobDuration: 10 * time.Millisecond, FreeDelay: 50 * time.Millisecond})
+	ctx := context.Background()
+	if got, err := c.FreeAndConfirm(ctx, 10*time.Millisecond); err != nil || got != comfy.FreedNothingHeld {
+		t.Fatalf("free with nothing loaded: %v %v", got, err)
+	}
 	_, body := submit(t, srv.URL+"/prompt", goodPrompt)
 	id, _ := comfy.PromptID([]byte(body))
-	ctx := context.Background()
 	if _, err := c.WaitJob(ctx, id, nil, 5*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	if srv.Reserved() == 0 {
 		t.Fatal("the fake frees without being asked")
 	}
-	if err := c.Free(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.WaitFreed(ctx, 10*time.Millisecond); err != nil {
-		t.Fatal(err)
+	if got, err := c.FreeAndConfirm(ctx, 10*time.Millisecond); err != nil || got != comfy.FreedConfirmed {
+		t.Fatalf("free after a job: %v %v", got, err)
 	}
 	if srv.Reserved() != 0 {
-		t.Fatal("WaitFreed returned before the free took effect")
+		t.Fatal("confirmed before the free took effect")
+	}
+}
+
+// A server whose /system_stats does not move (or has none) costs about a
+// second, not free_timeout.
+func TestFreeAndConfirmWithoutUsefulStats(t *testing.T) {
+	static := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/system_stats" {
+			io.WriteString(w, `{"devices":[{"type":"cuda","index":0,"vram_total":25769803776,"torch_vram_total":25769803776}]}`)
+		}
+	}))
+	defer static.Close()
+	c, _ := comfy.NewClient(static.URL, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if got, err := c.FreeAndConfirm(ctx, 50*time.Millisecond); err != nil || got != comfy.FreedUnverified {
+		t.Fatalf("static stats: %v %v (a static reading must not hold the free until its deadline)", got, err)
+	}
+	none := httptest.NewServer(http.NotFoundHandler())
+	defer none.Close()
+	c, _ = comfy.NewClient(none.URL, nil)
+	if got, _ := c.FreeAndConfirm(context.Background(), 50*time.Millisecond); got != comfy.FreedUnverified {
+		t.Fatalf("no stats: %v", got)
 	}
 }
 
