@@ -14,7 +14,7 @@ import (
 var (
 	imageJobs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gpu_turnstile_image_jobs_total",
-		Help: "Image jobs that held the GPU, by how they ended (success, error, interrupted, lost, timeout).",
+		Help: "Image jobs that held the GPU, by how they ended (success, error, interrupted, lost, timeout, shutdown).",
 	}, []string{"turnstile", "outcome"})
 
 	lockWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
