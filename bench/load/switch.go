@@ -34,7 +34,7 @@ func simulated(gpu *gputest.GPU, oopts ollamatest.Options, copts comfytest.Optio
 	reverse_proxy %s {
 		flush_interval -1
 		transport http {
-			max_conns_per_host 1000
+			max_conns_per_host {$MAX_CONNS:3500}
 		}
 	}
 }
