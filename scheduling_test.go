@@ -79,7 +79,7 @@ func TestMinFreeVRAM(t *testing.T) {
 			if guard {
 				settings = "min_free_vram 20GiB"
 			}
-			h := newHarness(t, harnessOptions{settings: settings, ollama: ollamatest.Options{VRAMLag: 300 * time.Millisecond}})
+			h := newHarness(t, harnessOptions{settings: settings, ollama: ollamatest.Options{VRAMLag: time.Second}})
 			if r := h.post(context.Background(), h.llm+"/api/chat", chatBody("llama3.2", false)); r.status != 200 {
 				t.Fatal(r.status)
 			}
