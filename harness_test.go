@@ -138,11 +138,10 @@ func (h *harness) load(caddyfile string) {
 
 func loadCaddyfile(caddyfile string) error {
 	adapter := caddyconfig.GetAdapter("caddyfile")
-	cfg, warnings, err := adapter.Adapt([]byte(caddyfile), map[string]any{"filename": "Caddyfile"})
+	cfg, _, err := adapter.Adapt([]byte(caddyfile), map[string]any{"filename": "Caddyfile"})
 	if err != nil {
 		return err
 	}
-	_ = warnings
 	return caddy.Load(cfg, true)
 }
 

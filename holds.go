@@ -21,16 +21,15 @@ const defaultHoldTTL = 5 * time.Minute
 // hold is an external holder's exclusive lease on the GPU (a game, a
 // training run). It ends when released or when its ttl passes unrenewed.
 type hold struct {
-	ID        string
-	Owner     string
-	Since     time.Time
-	TTL       time.Duration // the lease a renewal without a ttl gets
-	ts        *turnstile
-	mu        sync.Mutex
-	expires   time.Time
-	timer     *time.Timer
-	ended     bool
-	endReason string
+	ID      string
+	Owner   string
+	Since   time.Time
+	TTL     time.Duration // the lease a renewal without a ttl gets
+	ts      *turnstile
+	mu      sync.Mutex
+	expires time.Time
+	timer   *time.Timer
+	ended   bool
 }
 
 type holdStatus struct {
@@ -105,7 +104,7 @@ func (h *hold) end(reason string) bool {
 		h.mu.Unlock()
 		return false
 	}
-	h.ended, h.endReason = true, reason
+	h.ended = true
 	if h.timer != nil {
 		h.timer.Stop()
 	}

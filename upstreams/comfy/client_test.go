@@ -133,22 +133,34 @@ func TestWaitJobOutcomes(t *testing.T) {
 
 	_, body = submit(t, srv.URL+"/prompt", goodPrompt)
 	id, _ = comfy.PromptID([]byte(body))
-	go func() {
-		time.Sleep(20 * time.Millisecond)
-		http.Post(srv.URL+"/interrupt", "application/json", strings.NewReader(`{}`))
-	}()
+	waitRunning(t, c, id) // an interrupt only stops a running job
+	http.Post(srv.URL+"/interrupt", "application/json", strings.NewReader(`{}`))
 	if out, err := c.WaitJob(ctx, id, nil, 5*time.Millisecond); out != comfy.Interrupted {
 		t.Errorf("interrupted job: outcome %q, %v", out, err)
 	}
 
 	_, body = submit(t, srv.URL+"/prompt", goodPrompt)
 	id, _ = comfy.PromptID([]byte(body))
-	go func() {
-		time.Sleep(20 * time.Millisecond)
-		srv.Restart()
-	}()
+	waitRunning(t, c, id)
+	srv.Restart()
 	if out, err := c.WaitJob(ctx, id, nil, 5*time.Millisecond); out != comfy.Lost {
 		t.Errorf("job lost in a restart: outcome %q, %v", out, err)
+	}
+}
+
+// waitRunning returns once the job is ComfyUI's running one.
+func waitRunning(t *testing.T, c *comfy.Client, id string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		running, _, err := c.Queue(context.Background())
+		if err == nil && len(running) == 1 && running[0] == id {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s never ran", id)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
