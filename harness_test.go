@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -237,8 +238,13 @@ func chatBody(model string, stream bool) string {
 	return fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi"}],"stream":%v}`, model, stream)
 }
 
+// promptSeed varies each prompt's seed, as users do, so that ComfyUI's
+// cache never answers a prompt at once.
+var promptSeed atomic.Int64
+
 func promptBody(durationMS int) string {
-	return fmt.Sprintf(`{"prompt":{"3":{"class_type":"KSampler","inputs":{}},"9":{"class_type":"SaveImage","inputs":{}}},"client_id":"browser","extra_data":{"fake_duration_ms":%d}}`, durationMS)
+	return fmt.Sprintf(`{"prompt":{"3":{"class_type":"KSampler","inputs":{"seed":%d}},"9":{"class_type":"SaveImage","inputs":{}}},"client_id":"browser","extra_data":{"fake_duration_ms":%d}}`,
+		promptSeed.Add(1), durationMS)
 }
 
 // streamStart opens a streaming chat and returns once the first line has

@@ -15,7 +15,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"strings"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +35,17 @@ type Options struct {
 	FreeDelay time.Duration
 	// ModelBytes is what a job's models reserve. Default 8 GiB.
 	ModelBytes int64
+	// InterruptDelay is how long a job goes on computing after /interrupt
+	// before it stops at its next node or sampler step. Default 200ms
+	// (seconds, on real servers).
+	InterruptDelay time.Duration
+	// HistoryLag is the time from execution_success (or _error,
+	// _interrupted) to the history entry, which is written together with
+	// the job leaving the queue. Default 100ms, as measured.
+	HistoryLag time.Duration
+	// Device is "cuda" (default) or "cpu": a CPU device reports system
+	// memory with a null index, which is no GPU reading.
+	Device string
 }
 
 // Server is a running fake ComfyUI.
@@ -48,6 +59,7 @@ type Server struct {
 	pending  []*job
 	running  *job
 	history  map[string]map[string]any
+	cache    map[string]bool // graphs whose outputs ComfyUI has cached
 	sockets  map[*socket]bool
 	reserved int64         // bytes PyTorch reserves (models loaded)
 	release  func(string)  // GPU occupancy while models are loaded
@@ -67,16 +79,20 @@ type job struct {
 	number   int
 	id       string
 	prompt   json.RawMessage
+	nodes    []string // node ids, in execution order
+	outputs  []string // output node ids
 	extra    map[string]any
 	clientID string
 	duration time.Duration
 	fail     bool
 	stop     chan struct{} // closed by /interrupt
+	killed   chan struct{} // closed when the process dies mid-job
 }
 
 type socket struct {
-	id  string
-	out chan []byte
+	id     string
+	out    chan []byte
+	silent bool // another socket took its client id: it is sent nothing
 }
 
 // NewServer starts a fake ComfyUI on a loopback port.
@@ -98,7 +114,16 @@ func NewUnstarted(gpu *gputest.GPU, opts Options) *Server {
 	if opts.ModelBytes == 0 {
 		opts.ModelBytes = 8 << 30
 	}
-	s := &Server{gpu: gpu, opts: opts, history: map[string]map[string]any{}, sockets: map[*socket]bool{},
+	if opts.InterruptDelay == 0 {
+		opts.InterruptDelay = 200 * time.Millisecond
+	}
+	if opts.HistoryLag == 0 {
+		opts.HistoryLag = 100 * time.Millisecond
+	}
+	if opts.Device == "" {
+		opts.Device = "cuda"
+	}
+	s := &Server{gpu: gpu, opts: opts, history: map[string]map[string]any{}, cache: map[string]bool{}, sockets: map[*socket]bool{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	s.Server = httptest.NewUnstartedServer(s.routes())
 	s.stopped.Add(1)
@@ -174,8 +199,8 @@ func (s *Server) Restart() {
 	s.mu.Lock()
 	s.epoch++
 	s.pending = nil
-	if j := s.running; j != nil && s.interrupt.CompareAndSwap(j, nil) {
-		close(j.stop)
+	if j := s.running; j != nil {
+		close(j.killed)
 	}
 	s.running = nil
 	s.history = map[string]map[string]any{}
@@ -203,9 +228,19 @@ func (s *Server) DropSockets() {
 // Submit queues a prompt directly, as ComfyUI's own UI on its own port
 // would, bypassing any proxy. It returns the prompt id.
 func (s *Server) Submit(duration time.Duration) string {
-	j := &job{id: newID(), prompt: json.RawMessage(`{}`), duration: duration, stop: make(chan struct{})}
+	j := &job{id: newID(), prompt: json.RawMessage(`{"9":{"class_type":"SaveImage","inputs":{}}}`), nodes: []string{"9"},
+		outputs: []string{"9"}, duration: duration, stop: make(chan struct{}), killed: make(chan struct{})}
 	s.enqueue(j)
 	return j.id
+}
+
+// knownNodes are the node classes the fake can run; "Fail" raises an
+// error while running. Any other class is unknown to it, as a custom node
+// that is not installed is to ComfyUI.
+var knownNodes = map[string]bool{
+	"KSampler": true, "CheckpointLoaderSimple": true, "CLIPTextEncode": true, "EmptyLatentImage": true,
+	"VAEDecode": true, "EmptyImage": true, "ImageBlur": true, "LoadImage": true, "Fail": true,
+	"SaveImage": true, "PreviewImage": true,
 }
 
 func (s *Server) postPrompt(w http.ResponseWriter, r *http.Request) {
@@ -217,17 +252,17 @@ func (s *Server) postPrompt(w http.ResponseWriter, r *http.Request) {
 		Front    bool            `json:"front"`
 	}
 	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
-		http.Error(w, "500 Internal Server Error\n\nServer got itself in trouble", http.StatusInternalServerError)
+		serverTrouble(w)
 		return
 	}
-	fail := func(typ, msg string, nodeErrors map[string]any) {
+	fail := func(typ, msg, details string, nodeErrors map[string]any) {
 		writeJSON(w, 400, map[string]any{
-			"error":       map[string]any{"type": typ, "message": msg, "details": "", "extra_info": map[string]any{}},
+			"error":       map[string]any{"type": typ, "message": msg, "details": details, "extra_info": map[string]any{}},
 			"node_errors": nodeErrors,
 		})
 	}
 	if len(body.Prompt) == 0 || string(body.Prompt) == "null" {
-		fail("no_prompt", "No prompt provided", map[string]any{})
+		fail("no_prompt", "No prompt provided", "No prompt provided", map[string]any{})
 		return
 	}
 	var nodes map[string]struct {
@@ -235,26 +270,44 @@ func (s *Server) postPrompt(w http.ResponseWriter, r *http.Request) {
 		Inputs    map[string]any `json:"inputs"`
 	}
 	if err := json.Unmarshal(body.Prompt, &nodes); err != nil {
-		fail("invalid_prompt", "Invalid prompt: "+err.Error(), map[string]any{})
+		serverTrouble(w) // a prompt given as a string, or not an object of nodes
 		return
 	}
-	outputs, failing := false, false
-	for id, n := range nodes {
-		switch {
-		case n.ClassType == "" || n.ClassType == "Invalid":
-			fail("prompt_outputs_failed_validation", "Prompt outputs failed validation", map[string]any{
-				id: map[string]any{"errors": []map[string]string{{"type": "invalid_node", "message": "Cannot execute because node " + n.ClassType + " does not exist."}}, "class_type": n.ClassType},
-			})
+	ids := make([]string, 0, len(nodes))
+	for id := range nodes {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var outputs []string
+	failing := false
+	for _, id := range ids {
+		n := nodes[id]
+		if !knownNodes[n.ClassType] {
+			fail("invalid_prompt", "Cannot execute because node "+n.ClassType+" does not exist.", "Node ID '#"+id+"'", map[string]any{})
 			return
-		case strings.HasPrefix(n.ClassType, "Save") || strings.HasPrefix(n.ClassType, "Preview"):
-			outputs = true
-		case n.ClassType == "Fail":
+		}
+		switch n.ClassType {
+		case "SaveImage", "PreviewImage":
+			outputs = append(outputs, id)
+		case "Fail":
 			failing = true
 		}
 	}
-	if !outputs {
-		fail("prompt_no_outputs", "Prompt has no outputs", map[string]any{})
+	if len(outputs) == 0 {
+		fail("prompt_no_outputs", "Prompt has no outputs", "", map[string]any{})
 		return
+	}
+	for _, id := range ids {
+		n := nodes[id]
+		if radius, ok := n.Inputs["blur_radius"].(float64); ok && n.ClassType == "ImageBlur" && radius > 31 {
+			fail("prompt_outputs_failed_validation", "Prompt outputs failed validation", "", map[string]any{
+				id: map[string]any{"errors": []map[string]any{{"type": "value_bigger_than_max",
+					"message": "Value bigger than max", "details": fmt.Sprintf("blur_radius, %v bigger than max of 31", radius),
+					"extra_info": map[string]any{"input_name": "blur_radius"}}},
+					"dependent_outputs": outputs, "class_type": n.ClassType},
+			})
+			return
+		}
 	}
 	id := body.PromptID
 	if id == "" {
@@ -264,16 +317,24 @@ func (s *Server) postPrompt(w http.ResponseWriter, r *http.Request) {
 	if ms, ok := body.Extra["fake_duration_ms"].(float64); ok {
 		d = time.Duration(ms * float64(time.Millisecond))
 	}
-	j := &job{id: id, prompt: body.Prompt, extra: body.Extra, clientID: body.ClientID, duration: d, fail: failing, stop: make(chan struct{})}
+	j := &job{id: id, prompt: body.Prompt, nodes: ids, outputs: outputs, extra: body.Extra, clientID: body.ClientID,
+		duration: d, fail: failing, stop: make(chan struct{}), killed: make(chan struct{})}
 	n := s.enqueue(j)
 	s.prompts.Add(1)
 	writeJSON(w, 200, map[string]any{"prompt_id": id, "number": n, "node_errors": map[string]any{}})
 }
 
+// serverTrouble is aiohttp's answer to an exception in a handler.
+func serverTrouble(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(http.StatusInternalServerError)
+	fmt.Fprint(w, "500 Internal Server Error\n\nServer got itself in trouble")
+}
+
 func (s *Server) enqueue(j *job) int {
 	s.mu.Lock()
+	j.number = s.number // counts from 0 per process
 	s.number++
-	j.number = s.number
 	s.pending = append(s.pending, j)
 	s.mu.Unlock()
 	s.gpu.Mark("comfy", "queued "+j.id)
@@ -289,8 +350,9 @@ func (s *Server) poke() {
 	}
 }
 
-// worker runs jobs one at a time, then acts on free flags when idle, as
-// ComfyUI's prompt_worker does.
+// worker runs jobs one at a time, as ComfyUI's prompt_worker does. A free
+// flag set during a job is acted on right after that job, before the next
+// pending one; set while idle, at once.
 func (s *Server) worker() {
 	defer s.stopped.Done()
 	for {
@@ -300,21 +362,22 @@ func (s *Server) worker() {
 		default:
 		}
 		s.mu.Lock()
+		epoch := s.epoch
+		freeNow := s.freeFlag
 		var j *job
-		if len(s.pending) > 0 {
+		if !freeNow && len(s.pending) > 0 {
 			j = s.pending[0]
 			s.pending = s.pending[1:]
 			s.running = j
 		}
-		epoch := s.epoch
-		freeNow := j == nil && s.freeFlag
 		s.mu.Unlock()
 		switch {
-		case j != nil:
-			s.run(j, epoch)
-			continue
 		case freeNow:
 			s.doFree(epoch)
+			continue
+		case j != nil:
+			s.broadcastStatus() // ComfyUI announces a job twice: queued, and taken
+			s.run(j, epoch)
 			continue
 		}
 		select {
@@ -325,33 +388,57 @@ func (s *Server) worker() {
 	}
 }
 
+// run executes a job: its models are loaded (the GPU is ComfyUI's from
+// here until a free), its nodes run, and its messages go out in ComfyUI's
+// order. Its history entry and its leaving the queue come HistoryLag after
+// the final message, together.
 func (s *Server) run(j *job, epoch int) {
 	s.mu.Lock()
 	if s.release == nil {
 		s.release = s.gpu.Occupy("comfy", "load models for "+j.id)
 		s.reserved = s.opts.ModelBytes
 	}
+	key := string(j.prompt)
+	cached := s.cache[key]
 	s.mu.Unlock()
 	s.gpu.Mark("comfy", "job "+j.id+" start")
 	start := time.Now().UnixMilli()
-	s.sendTo(j.clientID, map[string]any{"type": "execution_start", "data": map[string]any{"prompt_id": j.id, "timestamp": start}})
-	s.sendTo(j.clientID, map[string]any{"type": "executing", "data": map[string]any{"node": "3", "prompt_id": j.id}})
+	msgs := [][]any{{"execution_start", map[string]any{"prompt_id": j.id, "timestamp": start}}}
+	s.sendTo(j.clientID, "execution_start", msgs[0][1])
+	cachedNodes := []string{}
+	duration := j.duration
+	if cached {
+		cachedNodes, duration = j.nodes, time.Millisecond
+	}
+	msgs = append(msgs, []any{"execution_cached", map[string]any{"nodes": cachedNodes, "prompt_id": j.id, "timestamp": start}})
+	s.sendTo(j.clientID, "execution_cached", msgs[1][1])
 	s.interrupt.Store(j)
-	outcome := "execution_success"
-	t := time.NewTimer(j.duration)
-	select {
-	case <-t.C:
-		if j.fail {
-			outcome = "execution_error"
-		}
-	case <-j.stop:
-		t.Stop()
-		outcome = "execution_interrupted"
-	case <-s.stop:
-		t.Stop()
-		return
+	outcome := s.runNodes(j, cached, duration)
+	if outcome == "" {
+		return // the server is closing
 	}
 	s.interrupt.CompareAndSwap(j, nil)
+	end := time.Now().UnixMilli()
+	final := map[string]any{"prompt_id": j.id, "timestamp": end}
+	switch outcome {
+	case "execution_error":
+		final = map[string]any{"prompt_id": j.id, "node_id": j.nodes[0], "node_type": "Fail", "exception_message": "simulated failure",
+			"exception_type": "RuntimeError", "traceback": []string{}, "executed": []string{}, "timestamp": end}
+	case "execution_interrupted":
+		final = map[string]any{"prompt_id": j.id, "node_id": j.nodes[0], "node_type": "KSampler", "executed": []string{}, "timestamp": end}
+	}
+	msgs = append(msgs, []any{outcome, final})
+	s.gpu.Mark("comfy", "job "+j.id+" end "+outcome)
+	if outcome == "execution_interrupted" && j.clientID == "" {
+		s.sendAll(outcome, final)
+	} else {
+		s.sendTo(j.clientID, outcome, final)
+	}
+	select {
+	case <-time.After(s.opts.HistoryLag):
+	case <-s.stop:
+		return
+	}
 	s.mu.Lock()
 	if s.epoch != epoch {
 		s.mu.Unlock() // the process "died" during the job
@@ -360,26 +447,87 @@ func (s *Server) run(j *job, epoch int) {
 	statusStr := "success"
 	if outcome != "execution_success" {
 		statusStr = "error"
+	} else {
+		s.cache[key] = true
 	}
-	end := time.Now().UnixMilli()
+	images := map[string]any{}
+	for _, o := range j.outputs {
+		images[o] = map[string]any{"images": []map[string]string{{"filename": "ComfyUI_00001_.png", "subfolder": "", "type": "output"}}}
+	}
 	s.history[j.id] = map[string]any{
-		"prompt":  []any{j.number, j.id, j.prompt, j.extra, []string{"9"}},
-		"outputs": map[string]any{"9": map[string]any{"images": []map[string]string{{"filename": "ComfyUI_00001_.png", "subfolder": "", "type": "output"}}}},
-		"status": map[string]any{"status_str": statusStr, "completed": outcome == "execution_success", "messages": []any{
-			[]any{"execution_start", map[string]any{"prompt_id": j.id, "timestamp": start}},
-			[]any{outcome, map[string]any{"prompt_id": j.id, "timestamp": end}},
-		}},
-		"meta": map[string]any{},
+		"prompt":  []any{j.number, j.id, j.prompt, map[string]any{"client_id": j.clientID}, j.outputs},
+		"outputs": images,
+		"status":  map[string]any{"status_str": statusStr, "completed": outcome == "execution_success", "messages": msgs},
+		"meta":    map[string]any{},
 	}
 	s.running = nil
 	s.mu.Unlock()
-	s.gpu.Mark("comfy", "job "+j.id+" end "+outcome)
+	s.gpu.Mark("comfy", "history "+j.id)
 	s.broadcastStatus()
-	s.sendTo(j.clientID, map[string]any{"type": "executing", "data": map[string]any{"node": nil, "prompt_id": j.id}})
-	s.sendTo(j.clientID, map[string]any{"type": outcome, "data": map[string]any{"prompt_id": j.id, "timestamp": end}})
+	s.sendTo(j.clientID, "executing", map[string]any{"node": nil, "prompt_id": j.id})
 }
 
+// runNodes runs the job's nodes for duration in all, sending executing and
+// progress_state for each and executed for each output. An interrupt
+// takes effect only InterruptDelay later, at the next node or step. It
+// returns the outcome message, or "" if the server is closing.
+func (s *Server) runNodes(j *job, cached bool, duration time.Duration) string {
+	done := time.NewTimer(duration)
+	defer done.Stop()
+	perNode := duration / time.Duration(max(len(j.nodes), 1))
+	var stopAt <-chan time.Time
+	stop := j.stop
+	for i := 0; ; {
+		if !cached && i < len(j.nodes) {
+			node := j.nodes[i]
+			s.sendTo(j.clientID, "executing", map[string]any{"node": node, "display_node": node, "prompt_id": j.id})
+			progress := map[string]any{"prompt_id": j.id, "nodes": map[string]any{node: map[string]any{"state": "running", "node_id": node}}}
+			if j.clientID == "" {
+				s.sendAll("progress_state", progress)
+			} else {
+				s.sendTo(j.clientID, "progress_state", progress)
+			}
+		}
+		next := time.NewTimer(perNode)
+		select {
+		case <-done.C:
+			next.Stop()
+			for _, o := range j.outputs {
+				s.sendTo(j.clientID, "executed", map[string]any{"node": o, "display_node": o, "prompt_id": j.id,
+					"output": map[string]any{"images": []map[string]string{{"filename": "ComfyUI_temp_00001_.png", "type": "temp"}}}})
+			}
+			if j.fail {
+				return "execution_error"
+			}
+			return "execution_success"
+		case <-next.C:
+			i++
+		case <-stop:
+			next.Stop()
+			stop = nil
+			t := time.NewTimer(s.opts.InterruptDelay)
+			defer t.Stop()
+			stopAt = t.C
+		case <-stopAt:
+			next.Stop()
+			return "execution_interrupted"
+		case <-s.stop:
+			next.Stop()
+			return ""
+		case <-j.killed:
+			next.Stop()
+			return ""
+		}
+	}
+}
+
+// doFree carries out /free: the models leave the GPU, which takes
+// FreeDelay, and only at the very end is PyTorch's reserved memory given
+// back. The cache of outputs goes too.
 func (s *Server) doFree(epoch int) {
+	s.mu.Lock()
+	s.freeFlag = false
+	s.mu.Unlock()
 	select {
 	case <-time.After(s.opts.FreeDelay):
 	case <-s.stop:
@@ -387,14 +535,10 @@ func (s *Server) doFree(epoch int) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.epoch != epoch || len(s.pending) > 0 {
-		return // a job came first; the worker frees after it
-	}
-	if s.freeStuck.Load() {
-		s.freeFlag = false
+	if s.epoch != epoch || s.freeStuck.Load() {
 		return
 	}
-	s.freeFlag = false
+	s.cache = map[string]bool{}
 	s.reserved = 0
 	if s.release != nil {
 		s.release("free")
@@ -416,9 +560,12 @@ func (s *Server) postFree(w http.ResponseWriter, r *http.Request) {
 		s.gpu.Mark("comfy", "free requested")
 		s.poke()
 	}
-	w.WriteHeader(http.StatusOK)
+	emptyOK(w)
 }
 
+// postInterrupt sets the running job's interrupt flag (with no prompt_id,
+// or the running job's); an interrupt naming a pending job does nothing.
+// The job stops later, at its next node.
 func (s *Server) postInterrupt(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		PromptID string `json:"prompt_id"`
@@ -426,9 +573,16 @@ func (s *Server) postInterrupt(w http.ResponseWriter, r *http.Request) {
 	json.NewDecoder(r.Body).Decode(&body)
 	if j := s.interrupt.Load(); j != nil && (body.PromptID == "" || body.PromptID == j.id) {
 		if s.interrupt.CompareAndSwap(j, nil) {
+			s.gpu.Mark("comfy", "interrupt requested "+j.id)
 			close(j.stop)
 		}
 	}
+	emptyOK(w)
+}
+
+// emptyOK is ComfyUI's answer to /free and /interrupt: 200, no body.
+func emptyOK(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/octet-stream")
 	w.WriteHeader(http.StatusOK)
 }
 
@@ -459,7 +613,9 @@ func (s *Server) getHistory(w http.ResponseWriter, r *http.Request) {
 func (s *Server) getQueue(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	item := func(j *job) []any { return []any{j.number, j.id, j.prompt, j.extra, []string{"9"}} }
+	item := func(j *job) []any {
+		return []any{j.number, j.id, j.prompt, map[string]any{"client_id": j.clientID}, j.outputs}
+	}
 	running, pending := []any{}, []any{}
 	if s.running != nil {
 		running = append(running, item(s.running))
@@ -498,14 +654,24 @@ func (s *Server) systemStats(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	reserved := s.reserved
 	s.mu.Unlock()
-	ollama := int64(s.gpu.Users("ollama")) * (5 << 30)
+	device := map[string]any{
+		"name": "cpu", "type": "cpu", "index": nil,
+		"vram_total": 64 << 30, "vram_free": 48 << 30, "torch_vram_total": 64 << 30, "torch_vram_free": 48 << 30,
+	}
+	if s.opts.Device != "cpu" {
+		ollama := int64(s.gpu.Users("ollama")) * (5 << 30)
+		// vram_free counts PyTorch's reserved-but-unused memory inside
+		// ComfyUI as free (here, a quarter of what its models reserve).
+		idle := reserved / 4
+		device = map[string]any{
+			"name": "cuda:0 Simulated GPU : cudaMallocAsync", "type": "cuda", "index": 0,
+			"vram_total": total, "vram_free": total - reserved - ollama + idle,
+			"torch_vram_total": reserved, "torch_vram_free": idle,
+		}
+	}
 	writeJSON(w, 200, map[string]any{
-		"system": map[string]any{"os": "posix", "comfyui_version": "0.3.64", "python_version": "3.12", "embedded_python": false},
-		"devices": []map[string]any{{
-			"name": "cuda:0 Simulated GPU", "type": "cuda", "index": 0,
-			"vram_total": total, "vram_free": total - reserved - ollama,
-			"torch_vram_total": reserved, "torch_vram_free": 0,
-		}},
+		"system":  map[string]any{"os": "posix", "comfyui_version": "0.3.64", "python_version": "3.12", "embedded_python": false},
+		"devices": []map[string]any{device},
 	})
 }
 
@@ -520,27 +686,35 @@ func (s *Server) queueRemaining() int {
 }
 
 func (s *Server) broadcastStatus() {
-	msg, _ := json.Marshal(map[string]any{"type": "status", "data": map[string]any{
-		"status": map[string]any{"exec_info": map[string]any{"queue_remaining": s.queueRemaining()}}}})
+	s.sendAll("status", map[string]any{"status": map[string]any{"exec_info": map[string]any{"queue_remaining": s.queueRemaining()}}})
+}
+
+// sendAll sends a message to every socket (but silenced ones).
+func (s *Server) sendAll(typ string, data any) {
+	msg, _ := json.Marshal(map[string]any{"type": typ, "data": data})
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for sock := range s.sockets {
-		select {
-		case sock.out <- msg:
-		default: // a slow socket misses a message, as with a full buffer
+		if !sock.silent {
+			select {
+			case sock.out <- msg:
+			default: // a slow socket misses a message, as with a full buffer
+			}
 		}
 	}
 }
 
-func (s *Server) sendTo(clientID string, v any) {
+// sendTo sends a message to the sockets of one client id; a job posted
+// without one has nobody to tell.
+func (s *Server) sendTo(clientID, typ string, data any) {
 	if clientID == "" {
 		return
 	}
-	msg, _ := json.Marshal(v)
+	msg, _ := json.Marshal(map[string]any{"type": typ, "data": data})
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for sock := range s.sockets {
-		if sock.id == clientID {
+		if sock.id == clientID && !sock.silent {
 			select {
 			case sock.out <- msg:
 			default:
@@ -561,11 +735,11 @@ func (s *Server) ws(w http.ResponseWriter, r *http.Request) {
 	}
 	sock := &socket{id: id, out: make(chan []byte, 64)}
 	s.mu.Lock()
-	// A new socket with the same id replaces the old one, as in ComfyUI.
+	// A new socket with the same id takes its messages; the old one stays
+	// open and is sent nothing more, as in ComfyUI.
 	for old := range s.sockets {
 		if old.id == id {
-			close(old.out)
-			delete(s.sockets, old)
+			old.silent = true
 		}
 	}
 	s.sockets[sock] = true

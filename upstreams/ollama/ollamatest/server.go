@@ -1,9 +1,14 @@
-// Package ollamatest is a fake Ollama server, faithful to the parts of
-// Ollama's API that the turnstile and its clients use: model routes that
-// load a model and stream NDJSON or SSE, asynchronous unload through
-// keep_alive 0, a blocking warm-up, /api/ps, and the routes that need no GPU.
-// It occupies the shared simulated GPU while a model is loaded, so tests can
-// check that the GPU was never shared.
+// Package ollamatest is a fake Ollama server that behaves as Ollama v0.17.4
+// does where the turnstile depends on it: model routes that load a model
+// and stream NDJSON or SSE, a blocking warm-up, /api/ps, and the routes that
+// need no GPU. It keeps Ollama's awkward facts too: a loading model is not
+// listed in /api/ps, keep_alive 0 during a load is ignored, a request with
+// its own keep_alive cancels a pending unload, a load whose client went away
+// is aborted but its runner holds memory a while longer, requests on one
+// model queue at OLLAMA_NUM_PARALLEL=1, and a killed server leaves its
+// runners behind. Every runner occupies the shared simulated GPU from the
+// start of its load until it exits, so tests can check that the GPU was
+// never shared.
 package ollamatest
 
 import (
@@ -41,7 +46,21 @@ type Options struct {
 	// VRAMLag is how long video memory stays in use after a model has
 	// left /api/ps, as with real drivers (up to ~5 s). Default 0.
 	VRAMLag time.Duration
+	// Parallel is OLLAMA_NUM_PARALLEL: how many requests one model serves
+	// at once; the rest queue inside the server. Default 1, as in Ollama
+	// v0.17.4.
+	Parallel int
+	// AbortDelay is how long a runner lives, holding its memory, after a
+	// load is aborted because its client went away. Default 300ms.
+	AbortDelay time.Duration
+	// RunnerProcesses gives every runner a real process, named and
+	// parameterised like Ollama's (`ollama runner --model M`), with the
+	// server's address in its OLLAMA_HOST, so that process checks find it.
+	RunnerProcesses bool
 }
+
+// Version is the Ollama version the fake answers /api/version with.
+const Version = "0.17.4"
 
 // Server is a running fake Ollama.
 type Server struct {
@@ -52,6 +71,8 @@ type Server struct {
 	mu      sync.Mutex
 	library map[string]bool
 	models  map[string]*model
+	runners map[*runner]bool
+	killed  bool
 
 	inflight atomic.Int64
 	requests atomic.Int64
@@ -59,20 +80,8 @@ type Server struct {
 	warmups  atomic.Int64
 	psStatus atomic.Int64 // nonzero: /api/ps answers this status
 	stuck    atomic.Bool  // unload requests are accepted but never done
+	undone   atomic.Bool  // NDJSON streams end on a "done":false line
 	chatGate atomic.Pointer[chan struct{}]
-}
-
-type model struct {
-	name      string
-	ready     chan struct{} // closed when loaded
-	gone      chan struct{} // closed when unloaded
-	loaded    bool
-	unloading bool
-	unloadReq bool
-	refs      int
-	expires   time.Time
-	timer     *time.Timer
-	release   func(string)
 }
 
 // NewServer starts a fake Ollama on a loopback port.
@@ -103,7 +112,13 @@ func NewUnstarted(gpu *gputest.GPU, opts Options) *Server {
 	if opts.SizeVRAM == 0 {
 		opts.SizeVRAM = 5 << 30
 	}
-	s := &Server{gpu: gpu, opts: opts, library: map[string]bool{}, models: map[string]*model{}}
+	if opts.Parallel == 0 {
+		opts.Parallel = 1
+	}
+	if opts.AbortDelay == 0 {
+		opts.AbortDelay = 300 * time.Millisecond
+	}
+	s := &Server{gpu: gpu, opts: opts, library: map[string]bool{}, models: map[string]*model{}, runners: map[*runner]bool{}}
 	for _, m := range opts.Models {
 		s.library[ollama.NormalizeName(m)] = true
 	}
@@ -116,7 +131,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /{$}", s.root)
 	mux.HandleFunc("HEAD /{$}", s.root)
 	mux.HandleFunc("GET /api/version", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, 200, map[string]string{"version": "0.33.0"})
+		writeJSON(w, 200, map[string]string{"version": Version})
 	})
 	mux.HandleFunc("GET /api/tags", s.tags)
 	mux.HandleFunc("GET /api/ps", s.ps)
@@ -139,6 +154,16 @@ func (s *Server) routes() http.Handler {
 	}
 	return mux
 }
+
+// Close shuts the server down and ends its runners.
+func (s *Server) Close() {
+	s.Server.Close()
+	s.KillRunners()
+}
+
+// SetStreamsUndone makes NDJSON streams end on a "done":false line, as
+// when Ollama stops a generation itself (its repeat guard).
+func (s *Server) SetStreamsUndone(undone bool) { s.undone.Store(undone) }
 
 // Requests counts the model requests (generate, chat, embed, /v1) served.
 func (s *Server) Requests() int64 { return s.requests.Load() }
@@ -168,7 +193,7 @@ func (s *Server) HoldChats() (resume func()) {
 	return func() { once.Do(func() { s.chatGate.Store(nil); close(ch) }) }
 }
 
-// Loaded lists the models loaded or loading now.
+// Loaded lists the models loaded or loading now (not aborted loads).
 func (s *Server) Loaded() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -232,6 +257,9 @@ func (s *Server) ps(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	list := []map[string]any{}
 	for _, m := range s.models {
+		if !m.loaded {
+			continue // a loading model is not listed (llama.cpp runner)
+		}
 		list = append(list, map[string]any{
 			"name": m.name, "model": m.name, "size": s.opts.SizeVRAM, "digest": "sha256:fake",
 			"details":    map[string]string{"format": "gguf", "family": "llama"},
@@ -278,15 +306,15 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 	if empty && keepAlive != nil && *keepAlive == 0 {
 		s.unloads.Add(1)
 		s.requestUnload(name)
-		writeJSON(w, 200, map[string]any{"model": name, "created_at": now, "response": "", "done": true, "done_reason": "unload"})
+		writeJSON(w, 200, map[string]any{"model": req.Model, "created_at": now, "response": "", "done": true, "done_reason": "unload"})
 		return
 	}
 	s.gpu.Mark("ollama", "request "+r.URL.Path+" "+name)
-	done, err := s.use(r, name)
+	done, err := s.use(r.Context(), name, keepAlive)
 	if err != nil {
 		return // client gone
 	}
-	defer func() { done(keepAlive) }()
+	defer done()
 	if empty {
 		s.warmups.Add(1)
 		writeJSON(w, 200, map[string]any{"model": name, "created_at": now, "response": "", "done": true, "done_reason": "load"})
@@ -322,6 +350,10 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 		enc.Encode(chunk(fmt.Sprintf("tok%d ", i), false))
 		http.NewResponseController(w).Flush()
 	})
+	if s.undone.Load() {
+		enc.Encode(chunk("", false))
+		return
+	}
 	enc.Encode(chunk("", true))
 }
 
@@ -367,11 +399,11 @@ func (s *Server) embed(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.gpu.Mark("ollama", "request "+r.URL.Path+" "+name)
-	done, err := s.use(r, name)
+	done, err := s.use(r.Context(), name, keepAlive)
 	if err != nil {
 		return
 	}
-	defer done(keepAlive)
+	defer done()
 	s.requests.Add(1)
 	vec := []float64{0.1, 0.2, 0.3}
 	if strings.HasSuffix(r.URL.Path, "/embeddings") {
@@ -396,11 +428,11 @@ func (s *Server) openAI(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.gpu.Mark("ollama", "request "+r.URL.Path+" "+name)
-	done, err := s.use(r, name)
+	done, err := s.use(r.Context(), name, nil)
 	if err != nil {
 		return
 	}
-	defer done(nil)
+	defer done()
 	s.requests.Add(1)
 	s.inflight.Add(1)
 	defer s.inflight.Add(-1)
@@ -441,123 +473,6 @@ func (s *Server) openAI(w http.ResponseWriter, r *http.Request) {
 	event(map[string]string{"role": "assistant", "content": ""}, "stop")
 	fmt.Fprint(bw, "data: [DONE]\n\n")
 	bw.Flush()
-}
-
-// use loads the model if needed and counts one request on it. done ends
-// the use and applies the request's keep_alive.
-func (s *Server) use(r *http.Request, name string) (done func(keepAlive *time.Duration), err error) {
-	var m *model
-	for {
-		s.mu.Lock()
-		m = s.models[name]
-		if m != nil && m.unloading {
-			gone := m.gone
-			s.mu.Unlock()
-			select {
-			case <-gone:
-				continue
-			case <-r.Context().Done():
-				return nil, r.Context().Err()
-			}
-		}
-		if m == nil {
-			m = &model{name: name, ready: make(chan struct{}), gone: make(chan struct{})}
-			m.release = s.gpu.Occupy("ollama", "load "+name)
-			s.models[name] = m
-			go func() {
-				time.Sleep(s.opts.LoadDelay)
-				s.mu.Lock()
-				m.loaded = true
-				s.mu.Unlock()
-				close(m.ready)
-			}()
-		}
-		if m.timer != nil {
-			m.timer.Stop()
-			m.timer = nil
-		}
-		m.refs++
-		s.mu.Unlock()
-		break
-	}
-	finish := func(keepAlive *time.Duration) {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		m.refs--
-		ka := 5 * time.Minute
-		if keepAlive != nil {
-			ka = *keepAlive
-		}
-		if ka == 0 {
-			m.unloadReq = true
-		}
-		if m.refs > 0 {
-			return
-		}
-		switch {
-		case m.unloadReq:
-			s.startUnloadLocked(m)
-		case ka > 0:
-			m.expires = time.Now().Add(ka)
-			m.timer = time.AfterFunc(ka, func() {
-				s.mu.Lock()
-				defer s.mu.Unlock()
-				if m.refs == 0 && !m.unloading {
-					s.startUnloadLocked(m)
-				}
-			})
-		default:
-			m.expires = time.Now().AddDate(100, 0, 0)
-		}
-	}
-	select {
-	case <-m.ready:
-		return finish, nil
-	case <-r.Context().Done():
-		finish(nil)
-		return nil, r.Context().Err()
-	}
-}
-
-// requestUnload marks a model for unload; like Ollama it waits for the
-// model's running requests, and the runner exits a little later.
-func (s *Server) requestUnload(name string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	m := s.models[name]
-	if m == nil || m.unloading {
-		return
-	}
-	m.unloadReq = true
-	s.gpu.Mark("ollama", "unload requested "+name)
-	if m.refs == 0 {
-		s.startUnloadLocked(m)
-	}
-}
-
-func (s *Server) startUnloadLocked(m *model) {
-	if s.stuck.Load() {
-		return
-	}
-	m.unloading = true
-	if m.timer != nil {
-		m.timer.Stop()
-	}
-	go func() {
-		<-m.ready
-		time.Sleep(s.opts.UnloadDelay)
-		s.mu.Lock()
-		if s.models[m.name] == m {
-			delete(s.models, m.name)
-		}
-		s.mu.Unlock()
-		if s.opts.VRAMLag > 0 {
-			s.gpu.Mark("ollama", "left ps "+m.name)
-			time.Sleep(s.opts.VRAMLag)
-		}
-		m.release("unload " + m.name)
-		close(m.gone)
-	}()
 }
 
 // parseKeepAlive reads keep_alive as Ollama does: a number is seconds, a
