@@ -40,6 +40,7 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 //		llm_wait_timeout      DURATION
 //		unload_timeout        DURATION
 //		job_timeout           DURATION
+//		interrupt_grace       DURATION
 //		free_timeout          DURATION
 //		warm_model            MODEL
 //		warm_timeout          DURATION
@@ -94,6 +95,7 @@ func parseSetting(d *caddyfile.Dispenser, s *Settings) error {
 		"llm_wait_timeout":      &s.LLMWaitTimeout,
 		"unload_timeout":        &s.UnloadTimeout,
 		"job_timeout":           &s.JobTimeout,
+		"interrupt_grace":       &s.InterruptGrace,
 		"free_timeout":          &s.FreeTimeout,
 		"warm_timeout":          &s.WarmTimeout,
 		"unload_poll_interval":  &s.UnloadPollInterval,

@@ -55,6 +55,7 @@ func TestCaddyfileValidForms(t *testing.T) {
 		llm_wait_timeout 5m
 		unload_timeout 30s
 		job_timeout 1h
+		interrupt_grace 2m
 		free_timeout 10s
 		warm_model llama3.2
 		warm_timeout 3m
@@ -75,7 +76,7 @@ func TestCaddyfileValidForms(t *testing.T) {
 }`, []string{
 			`"gpu_turnstile":{"turnstiles":{"default":{`,
 			`"llm_busy_mode":"reject"`, `"llm_busy_status":429`, `"busy_retry_after":45000000000`,
-			`"llm_wait_timeout":300000000000`, `"job_timeout":3600000000000`, `"warm_model":"llama3.2"`,
+			`"llm_wait_timeout":300000000000`, `"job_timeout":3600000000000`, `"interrupt_grace":120000000000`, `"warm_model":"llama3.2"`,
 			`"backoff_initial":500000000`, `"backoff_max":30000000000`, `"prompt_capture_limit":131072`,
 			`"max_image_streak":3`, `{"handler":"gpu_turnstile"}`,
 			`"min_free_vram":21474836480`, `"vram_probe":"comfy"`, `"gpu_index":1`, `"early_unload":true`,
@@ -190,6 +191,7 @@ func TestCaddyfileInvalidForms(t *testing.T) {
 		{"status not a number", opt("llm_busy_status many"), "llm_busy_status"},
 		{"bad duration", opt("unload_timeout soon"), "unload_timeout: invalid duration"},
 		{"negative duration", opt("job_timeout -5m"), "job_timeout"},
+		{"negative grace", opt("interrupt_grace -1s"), "interrupt_grace"},
 		{"zero duration", opt("free_timeout 0s"), "free_timeout"},
 		{"missing value", opt("warm_timeout"), "warm_timeout: missing value"},
 		{"extra value", opt("probe_timeout 1s 2s"), "probe_timeout: one value expected"},

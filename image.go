@@ -95,18 +95,43 @@ func (ts *turnstile) holdForJob(job *jobInfo, id string, c *config) {
 		result = "shutdown"
 	case err != nil:
 		result = "timeout"
-		ts.log().Error("image job exceeded job_timeout; interrupting it and releasing the GPU",
-			zap.String("prompt_id", id), zap.Duration("job_timeout", c.jobTimeout), zap.Error(err))
-		ictx, icancel := context.WithTimeout(ts.ctx, c.freeTimeout)
-		if ierr := c.comfy.Interrupt(ictx, id); ierr != nil {
-			ts.log().Warn("interrupt failed", zap.String("prompt_id", id), zap.Error(ierr))
-		}
-		icancel()
+		ts.interruptJob(id, c)
 	case outcome == comfy.Lost:
 		ts.log().Warn("image job lost: in neither ComfyUI's queue nor its history (ComfyUI restarted?); releasing the GPU",
 			zap.String("prompt_id", id))
 	}
 	ts.finishJob(job, id, result, true)
+}
+
+// interruptJob stops a job that has outlived job_timeout and waits, up to
+// interrupt_grace, until it has really stopped and ComfyUI's queue is
+// empty: ComfyUI acts on an interrupt only at the job's next node or
+// sampler step, and until then the job computes on the GPU.
+func (ts *turnstile) interruptJob(id string, c *config) {
+	ts.setPhase("interrupting")
+	ts.log().Error("image job exceeded job_timeout; interrupting it, and keeping the GPU for it until it has stopped",
+		zap.String("prompt_id", id), zap.Duration("job_timeout", c.jobTimeout), zap.Duration("interrupt_grace", c.interruptGrace))
+	ctx, cancel := context.WithTimeout(ts.ctx, c.interruptGrace)
+	defer cancel()
+	start := time.Now()
+	if err := c.comfy.Interrupt(ctx, id); err != nil && !comfy.Refused(err) {
+		ts.log().Warn("interrupt failed", zap.String("prompt_id", id), zap.Error(err))
+	}
+	w := ts.currentWatcher()
+	outcome, err := c.comfy.WaitJob(ctx, id, w, c.historyPoll)
+	if err == nil {
+		err = c.comfy.WaitIdle(ctx, w, c.historyPoll)
+	}
+	took := time.Since(start)
+	if err != nil {
+		if ts.ctx.Err() == nil {
+			ts.log().Error("interrupted image job did not stop within interrupt_grace; releasing the GPU after ComfyUI's free while it may still compute",
+				zap.String("prompt_id", id), zap.Duration("interrupt_grace", c.interruptGrace), zap.Error(err))
+		}
+		return
+	}
+	ts.history.addEvent("interrupt", took, id)
+	ts.log().Info("interrupted image job stopped", zap.String("prompt_id", id), zap.String("outcome", string(outcome)), zap.Duration("after", took))
 }
 
 // finishJob records a job's end and gives the lock back. jobRan says

@@ -85,7 +85,7 @@ func TestConsecutiveImageJobsSkipFreeAndWarm(t *testing.T) {
 
 func TestValidationErrorReleasesAtOnce(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
-	r := h.post(context.Background(), h.image+"/prompt", `{"prompt":{"1":{"class_type":"Invalid"}}}`)
+	r := h.post(context.Background(), h.image+"/prompt", `{"prompt":{"1":{"class_type":"ImageBlur","inputs":{"blur_radius":40}},"9":{"class_type":"PreviewImage"}}}`)
 	if r.status != 400 || !strings.Contains(r.body, "prompt_outputs_failed_validation") || !strings.Contains(r.body, "node_errors") {
 		t.Fatalf("got %d %s, want ComfyUI's 400 unchanged", r.status, r.body)
 	}

@@ -35,7 +35,9 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 	if ts.lock.TryAcquireShared() {
 		ts.metrics.waitLLM.Observe(0)
 		defer ts.lock.ReleaseShared()
-		return next.ServeHTTP(w, r)
+		err := next.ServeHTTP(w, r)
+		ts.noteLLMEnd(r.Context(), err)
+		return err
 	}
 	if h.DuringJob != "" && ts.imageJobRunning() {
 		return h.serveDuringJob(w, r, next)
@@ -73,7 +75,9 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 	}
 	ts.metrics.waitLLM.Observe(waited.Seconds())
 	defer ts.lock.ReleaseShared()
-	return next.ServeHTTP(w, r)
+	err = next.ServeHTTP(w, r)
+	ts.noteLLMEnd(r.Context(), err)
+	return err
 }
 
 // serveDuringJob serves an LLM request made from within a running image

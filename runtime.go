@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/comfy"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/jsonhttp"
 )
 
 // turnstiles holds one runtime per turnstile name, process-wide. Each
@@ -52,10 +50,15 @@ type turnstile struct {
 	waiting waitTracker // when each waiting request started waiting
 	foreign atomic.Bool // a watch over work queued directly on ComfyUI runs
 	probing atomic.Bool // the start-up probe holds the lock
-	warming atomic.Bool // a warm-up holds a shared place
+	// abnormal is when LLM use last ended abnormally (UnixNano; 0: not
+	// since Ollama was last confirmed empty). See emptyOllama.
+	abnormal atomic.Int64
+	warming  atomic.Bool // a warm-up holds a shared place
 	ollamaUp,
 	comfyUp reachability
 	wsUp atomic.Bool
+	// noGPUReading is set once ComfyUI is seen to report no GPU memory.
+	noGPUReading atomic.Bool
 
 	trMu       sync.Mutex // guards the fields Transition writes
 	since      time.Time  // when the current state began
@@ -108,6 +111,10 @@ func newTurnstile(name string) *turnstile {
 	}
 	ts.logp.Store(zap.NewNop())
 	ts.lock = lock.New(ts, lock.Options{})
+	// What Ollama was doing before Caddy started is unknown: the first
+	// emptying is confirmed as after an abnormal end, without waiting out
+	// an abort that happened before Caddy was there to see it.
+	ts.abnormal.Store(time.Now().Add(-abortSettle).UnixNano())
 	return ts
 }
 
@@ -318,45 +325,6 @@ func (ts *turnstile) setPromptID(id string) {
 	ts.mu.Unlock()
 }
 
-// errOllamaBusy is returned when Ollama could not be emptied.
-var errOllamaBusy = errors.New("ollama could not be emptied")
-
-// unloadOllama empties Ollama before the GPU goes to an exclusive holder,
-// and confirms it through /api/ps. If Ollama refuses connections its
-// process is not running and holds no memory, so that counts as empty;
-// any other failure means Ollama may still hold the GPU.
-func (ts *turnstile) unloadOllama(c *config) error {
-	if c.ollama != nil {
-		if err := ts.emptyOllama(c); err != nil {
-			return err
-		}
-	}
-	return ts.waitVRAM(c, c.unloadTimeout, "exclusive use")
-}
-
-func (ts *turnstile) emptyOllama(c *config) error {
-	ctx, cancel := context.WithTimeout(ts.ctx, c.unloadTimeout)
-	defer cancel()
-	start := time.Now()
-	names, err := c.ollama.UnloadAll(ctx, c.unloadPoll)
-	took := time.Since(start)
-	ts.ollamaUp.set(err)
-	if err != nil && jsonhttp.Refused(err) {
-		ts.log().Warn("ollama refuses connections: not running, so holding no GPU memory", zap.Error(err))
-		return nil
-	}
-	if err != nil {
-		ts.metrics.upstreamErrors.WithLabelValues(ts.name, "ollama", "unload").Inc()
-		return fmt.Errorf("%w: %v", errOllamaBusy, err)
-	}
-	if len(names) > 0 {
-		ts.metrics.unload.Observe(took.Seconds())
-		ts.history.addEvent("unload", took, fmt.Sprintf("%d model(s)", len(names)))
-		ts.log().Info("ollama unloaded", zap.Strings("models", names), zap.Duration("duration", took))
-	}
-	return nil
-}
-
 // acquireExclusive waits for the GPU for an image job or a hold. With
 // early_unload, Ollama is asked to unload while the LLM requests drain.
 func (ts *turnstile) acquireExclusive(ctx context.Context, kind lock.Kind) error {
@@ -379,23 +347,6 @@ func (ts *turnstile) acquireExclusive(ctx context.Context, kind lock.Kind) error
 	return nil
 }
 
-// unloadEarly sends the unloads without waiting for them: Ollama carries
-// each out once the model's running requests have finished.
-func (ts *turnstile) unloadEarly(c *config) {
-	ctx, cancel := context.WithTimeout(ts.ctx, c.unloadTimeout)
-	defer cancel()
-	models, err := c.ollama.PS(ctx)
-	if err != nil {
-		return // the regular unload will report it
-	}
-	for _, m := range models {
-		c.ollama.Unload(ctx, m.Name)
-	}
-	if len(models) > 0 {
-		ts.log().Debug("early unload requested while LLM requests drain", zap.Int("models", len(models)))
-	}
-}
-
 // Free implements lock.Effects: ComfyUI's memory is freed, and the free
 // confirmed, before the GPU leaves exclusive use.
 func (ts *turnstile) Free() {
@@ -407,6 +358,10 @@ func (ts *turnstile) Free() {
 	defer cancel()
 	start := time.Now()
 	freed, err := c.comfy.FreeAndConfirm(ctx, c.unloadPoll)
+	if errors.Is(err, comfy.ErrNoGPUReading) {
+		ts.reportNoGPUReading(err)
+		err = nil
+	}
 	if err == nil && freed == comfy.FreedUnverified {
 		ts.log().Debug("comfyui free sent but not confirmed: its /system_stats does not show PyTorch's reserved memory falling")
 	}
@@ -430,6 +385,16 @@ func (ts *turnstile) Free() {
 		ts.metrics.upstreamErrors.WithLabelValues(ts.name, "comfy", "free").Inc()
 		ts.log().Error("comfyui free not confirmed within free_timeout; releasing the GPU anyway",
 			zap.Duration("free_timeout", c.freeTimeout), zap.Error(err))
+	}
+}
+
+// reportNoGPUReading says once, in the log and the status, that ComfyUI
+// reports no GPU memory, so its frees and min_free_vram's comfy probe
+// cannot be confirmed.
+func (ts *turnstile) reportNoGPUReading(err error) {
+	if ts.noGPUReading.CompareAndSwap(false, true) {
+		ts.log().Warn("comfyui reports no GPU memory: its frees are not confirmed, and min_free_vram is not checked through it (use vram_probe nvidia-smi)",
+			zap.Error(err))
 	}
 }
 
@@ -480,6 +445,7 @@ func (ts *turnstile) warm() {
 		took := time.Since(start)
 		ts.ollamaUp.set(err)
 		if err != nil {
+			ts.markAbnormal() // a warm-up cut short leaves its runner behind a while
 			ts.metrics.upstreamErrors.WithLabelValues(ts.name, "ollama", "warm").Inc()
 			ts.log().Warn("warm-up failed", zap.String("model", c.WarmModel), zap.Duration("duration", took), zap.Error(err))
 			return

@@ -54,8 +54,14 @@ type Settings struct {
 	UnloadTimeout caddy.Duration `json:"unload_timeout,omitempty"`
 
 	// The longest an image job may hold the GPU; past it the job is
-	// interrupted and the GPU released. Default 15m.
+	// interrupted, and the GPU released once it has stopped. Default 15m.
 	JobTimeout caddy.Duration `json:"job_timeout,omitempty"`
+
+	// How long an interrupted job may take to stop. ComfyUI stops a job
+	// only at its next node or sampler step, seconds later; until then
+	// the GPU stays ComfyUI's. Past the grace the failure is logged and
+	// the GPU goes on (after ComfyUI's free). Default 60s.
+	InterruptGrace caddy.Duration `json:"interrupt_grace,omitempty"`
 
 	// How long ComfyUI may take to free its memory after a job. Default 30s.
 	FreeTimeout caddy.Duration `json:"free_timeout,omitempty"`
@@ -127,6 +133,7 @@ const (
 	defaultUnloadTimeout      = 60 * time.Second
 	defaultJobTimeout         = 15 * time.Minute
 	defaultFreeTimeout        = 30 * time.Second
+	defaultInterruptGrace     = 60 * time.Second
 	defaultWarmTimeout        = 2 * time.Minute
 	defaultUnloadPollInterval = 500 * time.Millisecond
 	defaultHistoryPoll        = time.Second
@@ -149,6 +156,7 @@ type config struct {
 	unloadTimeout  time.Duration
 	jobTimeout     time.Duration
 	freeTimeout    time.Duration
+	interruptGrace time.Duration
 	warmTimeout    time.Duration
 	unloadPoll     time.Duration
 	historyPoll    time.Duration
@@ -202,6 +210,7 @@ func (s Settings) validate() (*config, error) {
 		{"unload_timeout", s.UnloadTimeout, defaultUnloadTimeout, &c.unloadTimeout},
 		{"job_timeout", s.JobTimeout, defaultJobTimeout, &c.jobTimeout},
 		{"free_timeout", s.FreeTimeout, defaultFreeTimeout, &c.freeTimeout},
+		{"interrupt_grace", s.InterruptGrace, defaultInterruptGrace, &c.interruptGrace},
 		{"warm_timeout", s.WarmTimeout, defaultWarmTimeout, &c.warmTimeout},
 		{"unload_poll_interval", s.UnloadPollInterval, defaultUnloadPollInterval, &c.unloadPoll},
 		{"history_poll_interval", s.HistoryPollInterval, defaultHistoryPoll, &c.historyPoll},

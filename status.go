@@ -53,6 +53,10 @@ type upstreamStatus struct {
 	URL       string `json:"url"`
 	Reachable *bool  `json:"reachable"`           // null until first contact
 	Websocket *bool  `json:"websocket,omitempty"` // comfy only
+	// GPUReading is false when ComfyUI reports no GPU memory (it runs on
+	// a CPU, MPS or DirectML device): its frees and min_free_vram cannot
+	// be confirmed through it. Comfy only; absent until known.
+	GPUReading *bool `json:"gpu_reading,omitempty"`
 }
 
 func (ts *turnstile) status() Status {
@@ -105,7 +109,11 @@ func (ts *turnstile) status() Status {
 				t := true
 				reach = &t
 			}
-			st.Upstreams["comfy"] = upstreamStatus{URL: redactURL(c.Comfy), Reachable: reach, Websocket: &ws}
+			us := upstreamStatus{URL: redactURL(c.Comfy), Reachable: reach, Websocket: &ws}
+			if ts.noGPUReading.Load() {
+				us.GPUReading = new(bool)
+			}
+			st.Upstreams["comfy"] = us
 		}
 	}
 	return st

@@ -22,8 +22,9 @@ type vramProbe interface {
 	String() string
 }
 
-// comfyProbe reads vram_free from ComfyUI's /system_stats: what CUDA
-// reports for the whole card, so Ollama's memory shows in it too.
+// comfyProbe reads the card's free memory from ComfyUI's /system_stats:
+// what CUDA reports for the whole card, so Ollama's memory shows in it
+// too, less what PyTorch keeps reserved inside ComfyUI.
 type comfyProbe struct {
 	c     *comfy.Client
 	index int
@@ -36,10 +37,18 @@ func (p comfyProbe) freeVRAM(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	gpu := false
 	for _, d := range devs {
-		if d.Index == p.index && d.Type != "cpu" {
-			return d.VRAMFree, nil
+		if !d.GPU() {
+			continue
 		}
+		gpu = true
+		if d.Index != nil && *d.Index == p.index {
+			return d.CardFree(), nil
+		}
+	}
+	if !gpu {
+		return 0, comfy.ErrNoGPUReading
 	}
 	return 0, fmt.Errorf("comfyui reports no GPU with index %d", p.index)
 }
@@ -87,6 +96,9 @@ func (ts *turnstile) waitVRAM(c *config, limit time.Duration, before string) err
 		f, err := c.probe.freeVRAM(pctx)
 		pcancel()
 		switch {
+		case errors.Is(err, comfy.ErrNoGPUReading):
+			ts.reportNoGPUReading(err)
+			return nil // no reading will come: waiting out the limit would only fail the job
 		case err == nil && f >= c.MinFreeVRAM:
 			if took := time.Since(start); took > 10*time.Millisecond {
 				ts.log().Info("video memory free", zap.String("before", before), zap.Int64("free_mib", f>>20), zap.Duration("waited", took))

@@ -7,6 +7,7 @@ package comfy
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -97,12 +98,29 @@ func (c *Client) Queue(ctx context.Context) (running, pending []string, err erro
 type Device struct {
 	Name           string `json:"name"`
 	Type           string `json:"type"`
-	Index          int    `json:"index"`
+	Index          *int   `json:"index"` // null on the CPU device
 	VRAMTotal      int64  `json:"vram_total"`
 	VRAMFree       int64  `json:"vram_free"`
 	TorchVRAMTotal int64  `json:"torch_vram_total"`
 	TorchVRAMFree  int64  `json:"torch_vram_free"`
 }
+
+// GPU reports whether the device's figures are a GPU's memory as PyTorch
+// manages it (CUDA, and the XPU, NPU and MLU backends that report the same
+// way). On the CPU device they are system RAM, on MPS the unified memory,
+// and DirectML reports a fixed 1 GiB: none of them is a reading.
+func (d Device) GPU() bool {
+	switch d.Type {
+	case "cuda", "xpu", "npu", "mlu":
+		return true
+	}
+	return false
+}
+
+// CardFree is the whole card's free memory as another process sees it.
+// vram_free counts the memory PyTorch has reserved but not used inside
+// ComfyUI (torch_vram_free) as free, which Ollama could not use.
+func (d Device) CardFree() int64 { return d.VRAMFree - d.TorchVRAMFree }
 
 // SystemStats returns ComfyUI's devices.
 func (c *Client) SystemStats(ctx context.Context) ([]Device, error) {
@@ -115,45 +133,48 @@ func (c *Client) SystemStats(ctx context.Context) ([]Device, error) {
 	return out.Devices, nil
 }
 
+// ErrNoGPUReading says that ComfyUI reports no GPU device whose memory can
+// be read: it runs on the CPU, on MPS or on DirectML.
+var ErrNoGPUReading = errors.New("comfyui reports no GPU memory (it runs on a CPU, MPS or DirectML device)")
+
 // FreedThreshold is how much memory PyTorch may keep reserved in ComfyUI
 // after a free for it to count as done: with its models unloaded and its
 // cache emptied, ComfyUI keeps little beyond its CUDA context.
 const FreedThreshold = 512 << 20
-
-// unchangedFor is how long a reading that does not move at all after a
-// free is watched before it is taken as not reflecting frees (a ComfyUI
-// that acts on /free does so within milliseconds once idle).
-const unchangedFor = time.Second
 
 // Freed says what FreeAndConfirm could establish.
 type Freed int
 
 // The results of FreeAndConfirm.
 const (
-	FreedConfirmed   Freed = iota // the reserved memory dropped
+	FreedConfirmed   Freed = iota // the reserved memory fell
 	FreedNothingHeld              // little was reserved before the free
-	FreedUnverified               // /system_stats is missing, or does not move
+	FreedUnverified               // /system_stats is missing or has no GPU reading
 )
 
 // FreeAndConfirm asks ComfyUI to unload its models and free its cache
 // (POST /free, which only sets flags for ComfyUI's worker) and confirms it
 // through /system_stats: the memory PyTorch reserves on the GPU
-// (torch_vram_total of CUDA-like devices) falls to FreedThreshold or by
-// half. A server without /system_stats, or whose reading does not move at
-// all for a second, cannot confirm it.
+// (torch_vram_total of GPU devices) falls to FreedThreshold or by half.
+// ComfyUI moves every model off the GPU first and gives PyTorch's reserved
+// memory back only at the very end of the free, so a reading that has not
+// moved yet means nothing: it waits until ctx ends. A server without
+// /system_stats, or without a GPU device, cannot confirm it (err is
+// ErrNoGPUReading for the latter).
 func (c *Client) FreeAndConfirm(ctx context.Context, maxInterval time.Duration) (Freed, error) {
 	before, statsErr := c.reserved(ctx)
 	if err := c.do(ctx, http.MethodPost, "/free", map[string]bool{"unload_models": true, "free_memory": true}, nil); err != nil {
 		return FreedUnverified, err
 	}
 	switch {
+	case errors.Is(statsErr, ErrNoGPUReading):
+		return FreedUnverified, statsErr
 	case statsErr != nil:
 		return FreedUnverified, nil
 	case before <= FreedThreshold:
 		return FreedNothingHeld, nil
 	}
 	pace := poll.New(maxInterval)
-	start := time.Now()
 	for {
 		now, err := c.reserved(ctx)
 		switch {
@@ -161,29 +182,30 @@ func (c *Client) FreeAndConfirm(ctx context.Context, maxInterval time.Duration) 
 			return FreedUnverified, err
 		case err == nil && (now <= FreedThreshold || now <= before/2):
 			return FreedConfirmed, nil
-		case err == nil && now == before && time.Since(start) >= unchangedFor:
-			return FreedUnverified, nil
 		}
 		if err := pace.Wait(ctx); err != nil {
-			return FreedUnverified, fmt.Errorf("comfyui still reserves %d MiB: %w", now>>20, err)
+			return FreedUnverified, fmt.Errorf("comfyui still reserves %d MiB of %d MiB: %w", now>>20, before>>20, err)
 		}
 	}
 }
 
-// reserved sums torch_vram_total over the devices where it is PyTorch's
-// reserved memory (CUDA, XPU, NPU, MLU); on CPU, MPS and DirectML it is a
-// capacity, not a use.
+// reserved sums torch_vram_total, PyTorch's reserved memory, over the GPU
+// devices.
 func (c *Client) reserved(ctx context.Context) (int64, error) {
 	devs, err := c.SystemStats(ctx)
 	if err != nil {
 		return 0, err
 	}
 	var sum int64
+	gpu := false
 	for _, d := range devs {
-		switch d.Type {
-		case "cuda", "xpu", "npu", "mlu":
+		if d.GPU() {
 			sum += d.TorchVRAMTotal
+			gpu = true
 		}
+	}
+	if !gpu {
+		return 0, ErrNoGPUReading
 	}
 	return sum, nil
 }

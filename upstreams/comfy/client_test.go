@@ -2,6 +2,7 @@ package comfy_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -178,9 +179,10 @@ func TestWaitJobWhenComfyIsGone(t *testing.T) {
 func TestValidationShape(t *testing.T) {
 	srv, _ := newComfy(t, comfytest.Options{})
 	for body, want := range map[string]string{
-		`{"prompt":{"1":{"class_type":"Invalid"}}}`:  "prompt_outputs_failed_validation",
-		`{"prompt":{"1":{"class_type":"KSampler"}}}`: "prompt_no_outputs",
-		`{"client_id":"x"}`:                          "no_prompt",
+		`{"prompt":{"1":{"class_type":"Invalid"}}}`:                                                                 "invalid_prompt",
+		`{"prompt":{"1":{"class_type":"ImageBlur","inputs":{"blur_radius":40}},"9":{"class_type":"PreviewImage"}}}`: "prompt_outputs_failed_validation",
+		`{"prompt":{"1":{"class_type":"KSampler"}}}`:                                                                "prompt_no_outputs",
+		`{"client_id":"x"}`: "no_prompt",
 	} {
 		status, resp := submit(t, srv.URL+"/prompt", body)
 		if status != 400 || !strings.Contains(resp, want) || !strings.Contains(resp, "node_errors") {
@@ -214,8 +216,28 @@ func TestFreeAndConfirm(t *testing.T) {
 	}
 }
 
-// A server whose /system_stats does not move (or has none) costs about a
-// second, not free_timeout.
+// ComfyUI gives PyTorch's reserved memory back only at the end of a free
+// that moves every model off the GPU first: a reading that has not moved
+// for a while is no answer, and the free is waited for.
+func TestFreeAndConfirmWaitsForASlowFree(t *testing.T) {
+	srv, c := newComfy(t, comfytest.Options{JobDuration: 10 * time.Millisecond, FreeDelay: 1500 * time.Millisecond})
+	ctx := context.Background()
+	_, body := submit(t, srv.URL+"/prompt", goodPrompt)
+	id, _ := comfy.PromptID([]byte(body))
+	if _, err := c.WaitJob(ctx, id, nil, 5*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.FreeAndConfirm(ctx, 10*time.Millisecond); err != nil || got != comfy.FreedConfirmed {
+		t.Fatalf("slow free: %v %v, want confirmed", got, err)
+	}
+	if srv.Reserved() != 0 {
+		t.Fatal("confirmed before the free took effect")
+	}
+}
+
+// A reading that never moves keeps the free unconfirmed until the
+// deadline, which is an error; a server without /system_stats cannot
+// confirm; a CPU device is no GPU reading, said at once.
 func TestFreeAndConfirmWithoutUsefulStats(t *testing.T) {
 	static := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/system_stats" {
@@ -224,16 +246,22 @@ func TestFreeAndConfirmWithoutUsefulStats(t *testing.T) {
 	}))
 	defer static.Close()
 	c, _ := comfy.NewClient(static.URL, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	if got, err := c.FreeAndConfirm(ctx, 50*time.Millisecond); err != nil || got != comfy.FreedUnverified {
-		t.Fatalf("static stats: %v %v (a static reading must not hold the free until its deadline)", got, err)
+	if got, err := c.FreeAndConfirm(ctx, 50*time.Millisecond); err == nil || got != comfy.FreedUnverified {
+		t.Fatalf("static stats: %v %v, want unverified with an error at the deadline", got, err)
 	}
 	none := httptest.NewServer(http.NotFoundHandler())
 	defer none.Close()
 	c, _ = comfy.NewClient(none.URL, nil)
 	if got, _ := c.FreeAndConfirm(context.Background(), 50*time.Millisecond); got != comfy.FreedUnverified {
 		t.Fatalf("no stats: %v", got)
+	}
+	_, c = newComfy(t, comfytest.Options{Device: "cpu"})
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if got, err := c.FreeAndConfirm(ctx, 50*time.Millisecond); got != comfy.FreedUnverified || !errors.Is(err, comfy.ErrNoGPUReading) {
+		t.Fatalf("cpu device: %v %v, want ErrNoGPUReading (not a wait for a reading that never comes)", got, err)
 	}
 }
 

@@ -78,9 +78,13 @@ func (c *Client) Warm(ctx context.Context, model, keepAlive string) error {
 
 // UnloadAll unloads every loaded model and polls /api/ps until it lists
 // none, or ctx ends. It polls fast at first (most unloads take well under
-// a second) and backs off to maxInterval (see package poll). A model that appears while it
-// polls (loaded by someone who bypassed the turnstile) is unloaded too. It
-// returns the names it asked to unload.
+// a second) and backs off to maxInterval (see package poll). A model that
+// appears while it polls (one that was loading, or loaded by someone who
+// bypassed the turnstile) is unloaded too, and so is one whose unload did
+// not take. It returns the names it asked to unload.
+//
+// An empty list proves nothing about a load in flight: a loading model is
+// not listed. See LocalRunners.
 func (c *Client) UnloadAll(ctx context.Context, maxInterval time.Duration) ([]string, error) {
 	asked := map[string]bool{}
 	var names []string
@@ -105,16 +109,24 @@ func (c *Client) UnloadAll(ctx context.Context, maxInterval time.Duration) ([]st
 		if len(models) == 0 {
 			return names, nil
 		}
+		now := time.Now()
 		for _, m := range models {
 			name := m.Name
 			if name == "" {
 				name = m.Model
 			}
-			if asked[name] {
+			// A model with a pending unload is listed as expiring at the
+			// unload's time. One still expiring in the future was not
+			// unloaded: it was loading when asked (Ollama ignores the
+			// unload then), or a request with its own keep_alive
+			// cancelled the unload. Ask again.
+			if asked[name] && !m.ExpiresAt.After(now) {
 				continue
 			}
-			asked[name] = true
-			names = append(names, name)
+			if !asked[name] {
+				asked[name] = true
+				names = append(names, name)
+			}
 			if err := c.Unload(ctx, name); err != nil {
 				return names, fmt.Errorf("unload %s: %w", name, err)
 			}
