@@ -125,31 +125,31 @@ func TestWarmTimeoutDelaysTheHandOver(t *testing.T) {
 
 // A request with its own keep_alive reaching Ollama while an unload is
 // pending cancels it; the unload is sent again instead of polling until
-// unload_timeout.
+// unload_timeout. Here the requests come from clients on Ollama's own port,
+// which the turnstile cannot hold back.
 func TestCancelledUnloadIsSentAgain(t *testing.T) {
-	h := newHarness(t, harnessOptions{
-		settings: "early_unload\nunload_timeout 3s",
-		ollama:   ollamatest.Options{Parallel: 2},
-		comfy:    comfyOpts(20 * time.Millisecond),
-	})
+	h := newHarness(t, harnessOptions{settings: "unload_timeout 3s", comfy: comfyOpts(20 * time.Millisecond)})
+	h.overlapExpected = true // the direct requests bypass the turnstile
 	ctx := context.Background()
 	resume := h.ollama.HoldChats()
-	finish := h.streamStart(ctx, "/api/chat", chatBody("llama3.2", true))
+	direct := func(body string) <-chan result { return h.postAsync(ctx, h.ollama.URL+"/api/generate", body) }
+	first := direct(`{"model":"llama3.2","prompt":"x","stream":false}`)
+	h.waitTimeline("direct request running", func(ev []gputest.Event) bool { return gputest.Index(ev, 0, "ollama", "ready llama3.2") >= 0 })
 	img := h.postAsync(ctx, h.image+"/prompt", promptBody(20))
-	h.waitTimeline("early unload", func(ev []gputest.Event) bool { return gputest.Index(ev, 0, "ollama", "unload requested") >= 0 })
-	// A client on Ollama's own port, with its own keep_alive, joins.
-	direct := make(chan result, 1)
-	go func() {
-		direct <- h.post(ctx, h.ollama.URL+"/api/generate", `{"model":"llama3.2","prompt":"x","stream":false,"keep_alive":"5m"}`)
-	}()
+	h.waitTimeline("unload pending", func(ev []gputest.Event) bool { return gputest.Index(ev, 0, "ollama", "unload requested") >= 0 })
+	second := direct(`{"model":"llama3.2","prompt":"y","stream":false,"keep_alive":"5m"}`)
 	h.waitTimeline("unload cancelled", func(ev []gputest.Event) bool {
 		return gputest.Index(ev, 0, "ollama", "keep_alive cancels the pending stop") >= 0
 	})
 	resume()
-	finish()
-	<-direct
+	<-first
+	<-second
 	if r := <-img; r.status != 200 {
 		t.Fatalf("image job after a cancelled unload: %d %s", r.status, r.body)
+	}
+	ev := h.gpu.Events()
+	if gputest.Index(ev, 0, "ollama", "unload llama3.2") > gputest.Index(ev, 0, "comfy", "queued") {
+		t.Fatalf("ComfyUI got the prompt before Ollama was empty:\n%s", gputest.Dump(ev))
 	}
 	h.waitIdle()
 }
