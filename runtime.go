@@ -50,6 +50,7 @@ type turnstile struct {
 	holds     map[string]*hold
 
 	waiting waitTracker // when each waiting request started waiting
+	budget  waitBudget  // what waiting requests hold (budget.go)
 	foreign atomic.Bool // a watch over work queued directly on ComfyUI runs
 	probing atomic.Bool // the start-up probe holds the lock
 	warming atomic.Bool // a warm-up holds a shared place
