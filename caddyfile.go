@@ -53,7 +53,11 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 //		min_free_vram         SIZE
 //		vram_probe            comfy|nvidia-smi [GPU_INDEX]
 //		early_unload
+//		wait_buffer_limit     SIZE
+//		max_waiting           N
 //	}
+//
+// An option given twice is an error naming both lines.
 func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 	app := &App{Turnstiles: map[string]*Settings{}}
 	if prev, ok := existing.(httpcaddyfile.App); ok {
@@ -76,7 +80,12 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 		return nil, d.Errf("gpu_turnstile: turnstile %q is defined twice", name)
 	}
 	s := &Settings{}
+	seen := map[string]int{} // option -> line
 	for d.NextBlock(0) {
+		if line, dup := seen[d.Val()]; dup {
+			return nil, d.Errf("%s: given twice, on lines %d and %d", d.Val(), line, d.Line())
+		}
+		seen[d.Val()] = d.Line()
 		if err := parseSetting(d, s); err != nil {
 			return nil, err
 		}
@@ -237,6 +246,26 @@ func parseSetting(d *caddyfile.Dispenser, s *Settings) error {
 			return d.Errf("max_image_streak: %q is not a whole number >= 0", v)
 		}
 		s.MaxImageStreak = n
+	case "wait_buffer_limit":
+		v, err := oneArg(d)
+		if err != nil {
+			return err
+		}
+		n, err := humanize.ParseBytes(v)
+		if err != nil || n == 0 || n > maxWaitBufferLimit {
+			return d.Errf("wait_buffer_limit: %q is not a size from 1B to 1TiB (e.g. 256MiB)", v)
+		}
+		s.WaitBufferLimit = int64(n)
+	case "max_waiting":
+		v, err := oneArg(d)
+		if err != nil {
+			return err
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return d.Errf("max_waiting: %q is not a whole number >= 1", v)
+		}
+		s.MaxWaiting = n
 	default:
 		return d.Errf("gpu_turnstile: unknown option %q", opt)
 	}

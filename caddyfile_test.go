@@ -68,6 +68,8 @@ func TestCaddyfileValidForms(t *testing.T) {
 		min_free_vram 20GiB
 		vram_probe comfy 1
 		early_unload
+		wait_buffer_limit 64MiB
+		max_waiting 50
 	}
 }
 :11434 {
@@ -80,6 +82,7 @@ func TestCaddyfileValidForms(t *testing.T) {
 			`"backoff_initial":500000000`, `"backoff_max":30000000000`, `"prompt_capture_limit":131072`,
 			`"max_image_streak":3`, `{"handler":"gpu_turnstile"}`,
 			`"min_free_vram":21474836480`, `"vram_probe":"comfy"`, `"gpu_index":1`, `"early_unload":true`,
+			`"wait_buffer_limit":67108864`, `"max_waiting":50`,
 		}},
 		{"named turnstiles and classes", `{
 	gpu_turnstile {
@@ -215,6 +218,14 @@ func TestCaddyfileInvalidForms(t *testing.T) {
 		{"vram probe needs comfy", opt("min_free_vram 1GiB"), "comfy probe needs comfy"},
 		{"early_unload takes no value", opt("early_unload yes"), "Caddyfile:"},
 		{"during_job value", globalBlock + ":11434 {\n\tgpu_turnstile {\n\t\tduring_job wait\n\t}\n}", "during_job"},
+		{"wait buffer not a size", opt("wait_buffer_limit lots"), "wait_buffer_limit"},
+		{"wait buffer zero", opt("wait_buffer_limit 0"), "wait_buffer_limit"},
+		{"wait buffer too large", opt("wait_buffer_limit 2TiB"), "wait_buffer_limit"},
+		{"wait buffer two values", opt("wait_buffer_limit 1MiB 2MiB"), "wait_buffer_limit: one value expected"},
+		{"max waiting zero", opt("max_waiting 0"), "max_waiting"},
+		{"max waiting not a number", opt("max_waiting many"), "max_waiting"},
+		{"option given twice", opt("wait_buffer_limit 1MiB\n\t\tmax_waiting 5\n\t\twait_buffer_limit 2MiB"), "wait_buffer_limit: given twice, on lines 4 and 6"},
+		{"flag given twice", opt("early_unload\n\t\tearly_unload"), "early_unload: given twice, on lines 4 and 5"},
 		{"warm without ollama", "{\n\tgpu_turnstile {\n\t\tcomfy http://a:1\n\t\twarm_model llama3.2\n\t}\n}", "warm_model"},
 	}
 	for _, tc := range cases {

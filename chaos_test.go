@@ -27,10 +27,12 @@ var (
 )
 
 // TestChaos drives a real Caddy with a random mix of LLM requests, image
-// jobs, invalid prompts, holds, client cancellations at every stage,
-// upstream faults and config reloads, then checks that the GPU was never
-// shared, every request was answered, the turnstile ends idle and nothing
-// of ours is left running. Each run prints its seed; -chaos.seed=N
+// jobs, invalid prompts, holds, large bodies (with and without
+// Content-Length) against a small wait_buffer_limit, client cancellations
+// at every stage, upstream faults and config reloads, then checks that the
+// GPU was never shared, every request was answered, the bytes buffered for
+// waiting requests never passed the limit and all came back, the
+// turnstile ends idle and nothing of ours is left running. Each run prints its seed; -chaos.seed=N
 // replays it.
 func TestChaos(t *testing.T) {
 	seeds := []uint64{*chaosSeed}
@@ -47,8 +49,8 @@ func TestChaos(t *testing.T) {
 }
 
 type chaosStats struct {
-	requests, llm, images, invalid, holds, cancels, faults, reloads, failedReloads atomic.Int64
-	byStatus                                                                       sync.Map // int -> *atomic.Int64
+	requests, llm, images, invalid, holds, large, cancels, faults, reloads, failedReloads atomic.Int64
+	byStatus                                                                              sync.Map // int -> *atomic.Int64
 }
 
 func (s *chaosStats) status(code int) {
@@ -58,13 +60,15 @@ func (s *chaosStats) status(code int) {
 
 func runChaos(t *testing.T, seed uint64, duration time.Duration) {
 	t.Logf("seed %d (replay: go test -run TestChaos -chaos.seed=%d)", seed, seed)
-	settings := "llm_wait_timeout 3s\nunload_timeout 300ms\njob_timeout 2s\nfree_timeout 500ms\nwarm_model llama3.2\nwarm_timeout 1s"
+	const waitBufferLimit = 2 << 20
+	settings := "llm_wait_timeout 3s\nunload_timeout 300ms\njob_timeout 2s\nfree_timeout 500ms\nwarm_model llama3.2\nwarm_timeout 1s\nwait_buffer_limit 2MiB"
 	h := newHarness(t, harnessOptions{
 		settings: settings,
 		ollama:   ollamatest.Options{LoadDelay: 5 * time.Millisecond, UnloadDelay: 5 * time.Millisecond, Tokens: 4, TokenDelay: time.Millisecond},
 		comfy:    comfytest.Options{JobDuration: 20 * time.Millisecond, FreeDelay: 5 * time.Millisecond},
 	})
 	h.waitIdle()
+	overload0 := counterValue(t, h.ts().metrics.busyOverload)
 	ctx, stop := context.WithTimeout(context.Background(), duration)
 	defer stop()
 	var st chaosStats
@@ -109,7 +113,11 @@ func runChaos(t *testing.T, seed uint64, duration time.Duration) {
 			case 4, 5:
 				mode := []string{"wait", "reject"}[rng.IntN(2)]
 				streak := rng.IntN(3)
-				cf := h.caddyfile(harnessOptions{settings: settings + fmt.Sprintf("\nllm_busy_mode %s\nmax_image_streak %d", mode, streak)})
+				extra := fmt.Sprintf("\nllm_busy_mode %s\nmax_image_streak %d", mode, streak)
+				if rng.IntN(2) == 0 {
+					extra += fmt.Sprintf("\nmax_waiting %d", 3+rng.IntN(8))
+				}
+				cf := h.caddyfile(harnessOptions{settings: settings + extra})
 				if err := loadCaddyfile(cf); err != nil {
 					t.Errorf("reload: %v", err)
 				}
@@ -130,10 +138,14 @@ func runChaos(t *testing.T, seed uint64, duration time.Duration) {
 	h.ollama.SetUnloadStuck(false)
 
 	// The turnstile must come back to idle with every counter at zero.
-	h.waitStatus("idle with zero counters after the run", func(s Status) bool {
+	final := h.waitStatus("idle with zero counters after the run", func(s Status) bool {
 		return s.State == "idle" && s.LLMInflight == 0 && s.LLMWaiting == 0 && s.ImageWaiting == 0 &&
-			s.HoldWaiting == 0 && len(s.Holds) == 0 && !s.Warming && !s.Freeing && s.Job == nil
+			s.HoldWaiting == 0 && len(s.Holds) == 0 && !s.Warming && !s.Freeing && s.Job == nil &&
+			s.WaitBuffer.Bytes == 0 && h.ts().budget.waiting.Load() == 0
 	})
+	if peak := final.WaitBuffer.Peak; peak > waitBufferLimit {
+		t.Errorf("waiting requests held %d bytes of bodies at once, over wait_buffer_limit %d", peak, waitBufferLimit)
+	}
 	if n := hung.Load(); n > 0 {
 		t.Errorf("%d requests were not answered within their deadline", n)
 	}
@@ -146,9 +158,10 @@ func runChaos(t *testing.T, seed uint64, duration time.Duration) {
 		codes = append(codes, fmt.Sprintf("%d:%d", k, v.(*atomic.Int64).Load()))
 		return true
 	})
-	t.Logf("requests=%d llm=%d images=%d invalid=%d holds=%d cancels=%d faults=%d reloads=%d failed_reloads=%d statuses=%v overlaps=%d",
-		st.requests.Load(), st.llm.Load(), st.images.Load(), st.invalid.Load(), st.holds.Load(), st.cancels.Load(),
-		st.faults.Load(), st.reloads.Load(), st.failedReloads.Load(), codes, len(h.gpu.Overlaps()))
+	t.Logf("requests=%d llm=%d images=%d invalid=%d holds=%d large=%d cancels=%d faults=%d reloads=%d failed_reloads=%d statuses=%v overlaps=%d wait_buffer_peak=%d overload_answers=%v",
+		st.requests.Load(), st.llm.Load(), st.images.Load(), st.invalid.Load(), st.holds.Load(), st.large.Load(), st.cancels.Load(),
+		st.faults.Load(), st.reloads.Load(), st.failedReloads.Load(), codes, len(h.gpu.Overlaps()),
+		final.WaitBuffer.Peak, counterValue(t, h.ts().metrics.busyOverload)-overload0)
 }
 
 // chaosRequest sends one random request, maybe cancelling it part-way.
@@ -164,7 +177,7 @@ func chaosRequest(t *testing.T, h *harness, rng *rand.Rand, st *chaosStats, hung
 		time.AfterFunc(time.Duration(rng.IntN(60))*time.Millisecond, cancel)
 	}
 	var r result
-	switch k := rng.IntN(20); {
+	switch k := rng.IntN(23); {
 	case k < 4:
 		st.llm.Add(1)
 		r = h.post(ctx, h.llm+"/api/chat", chatBody("llama3.2", rng.IntN(2) == 0))
@@ -188,6 +201,15 @@ func chaosRequest(t *testing.T, h *harness, rng *rand.Rand, st *chaosStats, hung
 		r = h.post(ctx, h.image+"/prompt", `{"prompt":{"1":{"class_type":"Invalid"}}}`)
 	case k < 18:
 		r = h.do(http.MethodGet, h.llm+"/api/tags", "")
+	case k < 19:
+		st.large.Add(1)
+		r = h.post(ctx, h.llm+"/api/chat", bigChat(256<<10+rng.IntN(1<<20)))
+	case k < 20:
+		st.large.Add(1)
+		r = h.postChunked(ctx, h.llm+"/v1/chat/completions", bigChat(256<<10+rng.IntN(1<<20)))
+	case k < 21:
+		st.large.Add(1)
+		r = h.post(ctx, h.image+"/prompt", bigPrompt(256<<10+rng.IntN(1<<20)))
 	default:
 		st.holds.Add(1)
 		r = h.post(ctx, h.admin+"/gpu_turnstile/holds", fmt.Sprintf(`{"owner":"chaos","ttl":"%dms"}`, 30+rng.IntN(150)))

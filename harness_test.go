@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -88,6 +89,14 @@ func (h *harness) caddyfile(opts harnessOptions) string {
 	if opts.noComfy {
 		comfyURL = ""
 	}
+	// Fast polling by default; a test's settings may set these options
+	// themselves (an option given twice is an error).
+	var defaults []string
+	for _, d := range []string{"history_poll_interval 20ms", "unload_poll_interval 20ms", "backoff 10ms 100ms"} {
+		if !regexp.MustCompile(`(?m)^\s*` + strings.Fields(d)[0] + `\s`).MatchString(opts.settings) {
+			defaults = append(defaults, d)
+		}
+	}
 	logs := "log {\n\t\toutput discard\n\t}"
 	if os.Getenv("TURNSTILE_TEST_LOGS") != "" {
 		logs = "log {\n\t\tlevel DEBUG\n\t}"
@@ -100,9 +109,7 @@ func (h *harness) caddyfile(opts harnessOptions) string {
 	gpu_turnstile {
 		ollama "%s"
 		comfy "%s"
-		history_poll_interval 20ms
-		unload_poll_interval 20ms
-		backoff 10ms 100ms
+		%s
 		%s
 	}
 }
@@ -126,7 +133,7 @@ func (h *harness) caddyfile(opts harnessOptions) string {
 	gpu_turnstile
 	reverse_proxy %s
 }
-`, h.ports[2], logs, ollamaURL, comfyURL, opts.settings, h.ports[0], h.ollama.URL, h.ports[1], h.comfy.URL)
+`, h.ports[2], logs, ollamaURL, comfyURL, strings.Join(defaults, "\n\t\t"), opts.settings, h.ports[0], h.ollama.URL, h.ports[1], h.comfy.URL)
 }
 
 // load adapts a Caddyfile and loads it, as `caddy reload` would.

@@ -15,7 +15,8 @@ import (
 )
 
 // imageBodyLimit bounds how much of a /prompt body is read into memory
-// before it waits (workflows are JSON graphs, rarely over a few MiB).
+// before it waits (workflows are JSON graphs, rarely over a few MiB);
+// within wait_buffer_limit, like LLM bodies (budget.go).
 const imageBodyLimit = 32 << 20
 
 // serveImage serves a ComfyUI prompt: it takes the GPU alone, empties
@@ -27,11 +28,15 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 	if c.comfy == nil {
 		return next.ServeHTTP(w, r) // no ComfyUI consumer: nothing to arbitrate
 	}
-	if err := bufferBody(r, imageBodyLimit); err != nil {
-		return err
+	ticket, err := ts.admitWait(r, c, imageBodyLimit)
+	if err != nil {
+		return ts.refuseWait(w, r, c, err, true)
 	}
+	defer ticket.done()
 	start := time.Now()
-	if err := ts.acquireExclusive(r.Context(), lock.Image); err != nil {
+	err = ts.acquireExclusive(r.Context(), lock.Image)
+	ticket.stopWaiting()
+	if err != nil {
 		return caddyhttp.Error(statusClientClosed, fmt.Errorf("gpu_turnstile: client went away after waiting %v for the GPU", time.Since(start).Round(time.Millisecond)))
 	}
 	// From here on every path gives the lock back.
@@ -56,7 +61,7 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), c.jobTimeout)
 	defer cancel()
 	cw := newCaptureWriter(w, c.captureLimit)
-	err := next.ServeHTTP(cw, r.WithContext(fctx))
+	err = next.ServeHTTP(cw, r.WithContext(fctx))
 	id, found := comfy.PromptID(cw.body)
 	if err != nil || !cw.ok() || !found {
 		outcome := "rejected"

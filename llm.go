@@ -1,11 +1,9 @@
 package turnstile
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -22,7 +20,8 @@ import (
 // before the request waits for the GPU. Reading the body to its end is
 // what lets Go's server notice a client that goes away while waiting; a
 // larger body waits with its rest unread (llm_wait_timeout still bounds
-// the wait).
+// the wait). What all waiting requests buffer together is bounded by
+// wait_buffer_limit (budget.go).
 const waitBodyLimit = 8 << 20
 
 // statusClientClosed is the status Caddy logs for a client that went away.
@@ -54,15 +53,18 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 		}
 		wait = c.probeTimeout
 	}
-	if err := bufferBody(r, waitBodyLimit); err != nil {
-		return err
+	ticket, err := ts.admitWait(r, c, waitBodyLimit)
+	if err != nil {
+		return ts.refuseWait(w, r, c, err, false)
 	}
+	defer ticket.done()
 	start := time.Now()
 	id := ts.waiting.add(start)
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
-	err := ts.lock.AcquireShared(ctx)
+	err = ts.lock.AcquireShared(ctx)
 	cancel()
 	ts.waiting.done(id)
+	ticket.stopWaiting()
 	waited := time.Since(start)
 	if err != nil {
 		if r.Context().Err() != nil {
@@ -106,32 +108,6 @@ func (ts *turnstile) imageJobRunning() bool {
 	return running && ts.lock.State() == lock.Image
 }
 
-// bufferBody reads up to limit bytes of the request body into memory and
-// puts them back in front of whatever is left.
-func bufferBody(r *http.Request, limit int64) error {
-	if r.Body == nil || r.Body == http.NoBody {
-		return nil
-	}
-	var buf bytes.Buffer
-	if r.ContentLength > 0 && r.ContentLength <= limit {
-		buf.Grow(int(r.ContentLength))
-	}
-	n, err := buf.ReadFrom(io.LimitReader(r.Body, limit))
-	if err != nil {
-		return caddyhttp.Error(http.StatusBadRequest, fmt.Errorf("gpu_turnstile: reading request body: %w", err))
-	}
-	if n < limit {
-		r.Body.Close()
-		r.Body = io.NopCloser(bytes.NewReader(buf.Bytes()))
-		return nil
-	}
-	r.Body = struct {
-		io.Reader
-		io.Closer
-	}{io.MultiReader(bytes.NewReader(buf.Bytes()), r.Body), r.Body}
-	return nil
-}
-
 // writeBusy answers an LLM request that cannot have the GPU now, in the
 // error format of the API the client spoke, with Retry-After.
 func (ts *turnstile) writeBusy(w http.ResponseWriter, r *http.Request, c *config, reason string) error {
@@ -145,14 +121,20 @@ func (ts *turnstile) writeBusy(w http.ResponseWriter, r *http.Request, c *config
 	if reason == "timeout" {
 		msg = fmt.Sprintf("gpu_turnstile: waited %v for the GPU, busy with %s; retry after %ds", c.llmWait, why, retry)
 	}
+	return writeLLMBusy(w, r, c.busyStatus, retry, msg)
+}
+
+// writeLLMBusy answers with status and Retry-After, in the error format of
+// the API the client spoke: Ollama's, or OpenAI's under /v1/.
+func writeLLMBusy(w http.ResponseWriter, r *http.Request, status, retry int, msg string) error {
 	w.Header().Set("Retry-After", strconv.Itoa(retry))
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(c.busyStatus)
+	w.WriteHeader(status)
 	var body any = map[string]string{"error": msg}
 	if strings.HasPrefix(strings.ToLower(r.URL.Path), "/v1/") {
 		typ := "server_error"
-		if c.busyStatus == http.StatusTooManyRequests {
+		if status == http.StatusTooManyRequests {
 			typ = "rate_limit_error"
 		}
 		body = map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": "gpu_busy"}}

@@ -49,7 +49,7 @@ var (
 
 	busyAnswers = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gpu_turnstile_busy_total",
-		Help: "LLM requests answered busy, by reason (reject: reject mode; timeout: llm_wait_timeout passed).",
+		Help: "Requests answered busy, by reason (reject: reject mode; timeout: llm_wait_timeout passed; overload: wait_buffer_limit or max_waiting reached, LLM and image requests).",
 	}, []string{"turnstile", "reason"})
 
 	holdEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -72,13 +72,17 @@ var (
 		"Requests waiting for the GPU, by kind (llm, image, hold).", []string{"turnstile", "kind"}, nil)
 	holdsDesc = prometheus.NewDesc("gpu_turnstile_holds_active",
 		"External holds that own the GPU now.", []string{"turnstile"}, nil)
+	waitBufferDesc = prometheus.NewDesc("gpu_turnstile_wait_buffer_bytes",
+		"Request body bytes held in memory for requests waiting for the GPU.", []string{"turnstile"}, nil)
+	waitBufferLimitDesc = prometheus.NewDesc("gpu_turnstile_wait_buffer_limit_bytes",
+		"wait_buffer_limit: the most request body bytes waiting requests may hold.", []string{"turnstile"}, nil)
 )
 
 // stateCollector reports the live gauges of every turnstile at scrape time.
 type stateCollector struct{}
 
 func (stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{stateDesc, inflightDesc, pendingDesc, waitingDesc, holdsDesc} {
+	for _, d := range []*prometheus.Desc{stateDesc, inflightDesc, pendingDesc, waitingDesc, holdsDesc, waitBufferDesc, waitBufferLimitDesc} {
 		ch <- d
 	}
 }
@@ -101,6 +105,8 @@ func (stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(waitingDesc, float64(st.ImageWaiting), "image")
 		gauge(waitingDesc, float64(st.HoldWaiting), "hold")
 		gauge(holdsDesc, float64(len(st.Holds)))
+		gauge(waitBufferDesc, float64(st.WaitBuffer.Bytes))
+		gauge(waitBufferLimitDesc, float64(st.WaitBuffer.Limit))
 		return true
 	})
 }
@@ -142,6 +148,7 @@ type turnstileMetrics struct {
 	waitLLM, waitImage, waitHold prometheus.Observer
 	unload, free, warm           prometheus.Observer
 	busyReject, busyTimeout      prometheus.Counter
+	busyOverload                 prometheus.Counter
 	upstreamErrors               *prometheus.CounterVec
 }
 
@@ -155,6 +162,7 @@ func newTurnstileMetrics(name string) *turnstileMetrics {
 		warm:           warmSeconds.WithLabelValues(name),
 		busyReject:     busyAnswers.WithLabelValues(name, "reject"),
 		busyTimeout:    busyAnswers.WithLabelValues(name, "timeout"),
+		busyOverload:   busyAnswers.WithLabelValues(name, "overload"),
 		upstreamErrors: upstreamErrors,
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
@@ -98,6 +99,12 @@ func TestMetricsPassPromlint(t *testing.T) {
 	upstreamErrors.WithLabelValues("lint", "ollama", "unload").Add(0)
 	newTurnstileMetrics("lint").unload.Observe(0)
 	newTurnstileMetrics("lint").busyReject.Add(0)
+	newTurnstileMetrics("lint").busyOverload.Add(0)
+	// A turnstile in the pool, so the gauges read at scrape time are there.
+	if _, _, err := turnstiles.LoadOrNew("lint", func() (caddy.Destructor, error) { return newTurnstile("lint"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	defer turnstiles.Delete("lint")
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

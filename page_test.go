@@ -102,6 +102,9 @@ func TestStatusPageInABrowser(t *testing.T) {
 	if err := waitState("LLM"); err != nil {
 		t.Fatalf("page never showed LLM (a blocked script shows nothing): %v; problems %v", err, problems)
 	}
+	if err := poll(`document.getElementById("waiting").textContent.includes("Bodies buffered0 B of 256 MiB")`); err != nil {
+		t.Fatalf("the page does not show the wait buffer: %v; %q", err, text("#waiting"))
+	}
 	img := h.postAsync(context.Background(), h.image+"/api/prompt", promptBody(3_600_000))
 	resume()
 	finish()

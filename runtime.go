@@ -48,6 +48,7 @@ type turnstile struct {
 	holds     map[string]*hold
 
 	waiting waitTracker // when each waiting request started waiting
+	budget  waitBudget  // what waiting requests hold (budget.go)
 	foreign atomic.Bool // a watch over work queued directly on ComfyUI runs
 	probing atomic.Bool // the start-up probe holds the lock
 	// abnormal is when LLM use last ended abnormally (UnixNano; 0: not

@@ -123,6 +123,20 @@ type Settings struct {
 	// take the GPU while LLM requests wait; then the waiting LLM requests
 	// get a turn. Zero (default) keeps strict image priority.
 	MaxImageStreak int `json:"max_image_streak,omitempty"`
+
+	// WaitBufferLimit bounds, in bytes, the request bodies that requests
+	// waiting for this GPU hold in memory together (each buffers up to
+	// 8 MiB, an image prompt 32 MiB, so that a client that leaves is
+	// noticed). They are counted from before they are read until the
+	// upstream has read them. A request that would go past it gets the
+	// busy answer at once; requests already waiting keep their place.
+	// Default 256 MiB.
+	WaitBufferLimit int64 `json:"wait_buffer_limit,omitempty"`
+
+	// MaxWaiting caps how many requests (LLM and image) may wait for this
+	// GPU at once; more get the busy answer at once. Zero (default): no
+	// cap.
+	MaxWaiting int `json:"max_waiting,omitempty"`
 }
 
 // The defaults, as in the original stand-alone program.
@@ -165,6 +179,8 @@ type config struct {
 	backoffMax     time.Duration
 	captureLimit   int64
 	probe          vramProbe // nil without min_free_vram
+
+	waitBufferLimit int64
 }
 
 // validate checks the settings and returns them with defaults filled in.
@@ -240,6 +256,9 @@ func (s Settings) validate() (*config, error) {
 		return nil, fmt.Errorf("prompt_capture_limit: %d bytes cannot hold a prompt_id (at least 64)", s.PromptCaptureLimit)
 	default:
 		c.captureLimit = s.PromptCaptureLimit
+	}
+	if err := validateBudget(s, c); err != nil {
+		return nil, err
 	}
 	if s.MaxImageStreak < 0 {
 		return nil, fmt.Errorf("max_image_streak: %d is negative", s.MaxImageStreak)

@@ -42,6 +42,11 @@ type Status struct {
 	Job        *jobStatus                `json:"job,omitempty"`
 	Holds      []holdStatus              `json:"holds"`
 	Upstreams  map[string]upstreamStatus `json:"upstreams"`
+	// WaitBuffer is what the request bodies of waiting requests hold
+	// against wait_buffer_limit.
+	WaitBuffer waitBufferStatus `json:"wait_buffer"`
+	// WaitingLimit is max_waiting, if set.
+	WaitingLimit int `json:"waiting_limit,omitempty"`
 }
 
 type jobStatus struct {
@@ -98,7 +103,10 @@ func (ts *turnstile) status() Status {
 	ts.mu.Unlock()
 	sort.Slice(st.Holds, func(i, j int) bool { return st.Holds[i].Since.Before(st.Holds[j].Since) })
 	st.ImagePending = snap.ImageWaiting > 0 || (snap.State == lock.Image)
-	if c := ts.cfg(); c != nil {
+	c := ts.cfg()
+	st.WaitBuffer = ts.budget.status(c)
+	if c != nil {
+		st.WaitingLimit = c.MaxWaiting
 		if c.Ollama != "" {
 			st.Upstreams["ollama"] = upstreamStatus{URL: redactURL(c.Ollama), Reachable: ts.ollamaUp.get()}
 		}

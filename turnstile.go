@@ -106,7 +106,8 @@ func (a *App) Start() error {
 			zap.Duration("unload_poll_interval", c.unloadPoll), zap.Duration("history_poll_interval", c.historyPoll),
 			zap.Duration("probe_timeout", c.probeTimeout), zap.Duration("backoff_initial", c.backoffInitial),
 			zap.Duration("backoff_max", c.backoffMax), zap.Int64("prompt_capture_limit", c.captureLimit),
-			zap.Int("max_image_streak", c.MaxImageStreak))
+			zap.Int("max_image_streak", c.MaxImageStreak),
+			zap.Int64("wait_buffer_limit", c.waitBufferLimit), zap.Int("max_waiting", c.MaxWaiting))
 	}
 	return nil
 }

@@ -4,7 +4,7 @@
 //
 //	go run ./bench/load ab      # request-path overhead: turnstile vs plain reverse_proxy, alternating rounds
 //	go run ./bench/load switch  # GPU switch latency, both directions
-//	go run ./bench/load scale   # 10,000 LLM requests waiting behind a hold: memory, release time
+//	go run ./bench/load scale   # 10,000 LLM requests waiting behind a hold: memory, release time (-body 8MiB -n 100: the wait budget)
 //	go run ./bench/load day     # a simulated day: switches and cold loads, ours vs the original policy
 package main
 

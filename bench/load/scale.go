@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dustin/go-humanize"
+
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/comfy/comfytest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/gputest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/ollama/ollamatest"
@@ -22,15 +24,23 @@ import (
 
 // runScale queues N LLM requests behind a hold and measures this process
 // (Caddy, the turnstile and the fakes) while they wait; the clients run in
-// a child process so that their memory is not counted.
+// a child process so that their memory is not counted. With -body SIZE
+// each request carries a body of that size; those that do not fit in
+// wait_buffer_limit (-limit, default 256MiB) get the busy answer at once.
 func runScale(args []string) error {
 	fs := newFlags("scale")
-	n := fs.Int("n", 10000, "waiting LLM requests")
+	n := fs.Int("n", 10000, "LLM requests")
+	bodySize := fs.String("body", "", "size of each request body (e.g. 8MiB); default a small chat")
+	limit := fs.String("limit", "", "wait_buffer_limit (default the plugin's, 256MiB)")
 	fs.Parse(args)
+	settings := "llm_wait_timeout 5m"
+	if *limit != "" {
+		settings += "\n\t\twait_buffer_limit " + *limit
+	}
 	gpu := gputest.New()
 	oll, _, llm, _, admin, err := simulated(gpu,
 		ollamatest.Options{LoadDelay: time.Millisecond, UnloadDelay: time.Millisecond, Tokens: 1},
-		comfytest.Options{}, "llm_wait_timeout 5m")
+		comfytest.Options{}, settings)
 	if err != nil {
 		return err
 	}
@@ -45,15 +55,16 @@ func runScale(args []string) error {
 
 	runtime.GC()
 	rss0 := rss()
-	child := exec.Command(os.Args[0], "scale-clients", "-n", strconv.Itoa(*n), "-url", llm+"/api/chat")
+	child := exec.Command(os.Args[0], "scale-clients", "-n", strconv.Itoa(*n), "-url", llm+"/api/chat", "-body", *bodySize)
 	child.Stdout, child.Stderr = os.Stdout, os.Stderr
 	if err := child.Start(); err != nil {
 		return err
 	}
 	start := time.Now()
-	for waiting(llm) < *n {
+	var st scaleStatus
+	for st = status(llm); st.LLMWaiting+busyAnswers(admin) < *n; st = status(llm) {
 		if time.Since(start) > 2*time.Minute {
-			return fmt.Errorf("only %d of %d requests waiting after 2 minutes", waiting(llm), *n)
+			return fmt.Errorf("only %d of %d requests waiting or answered after 2 minutes", st.LLMWaiting+busyAnswers(admin), *n)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -63,9 +74,12 @@ func runScale(args []string) error {
 	rss1 := rss()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	fmt.Printf("%d LLM requests waiting behind a hold (queued in %v)\n", *n, queued.Round(time.Millisecond))
+	waitingN := st.LLMWaiting
+	fmt.Printf("%d LLM requests: %d waiting behind a hold, %d answered busy (settled in %v)\n", *n, waitingN, *n-waitingN, queued.Round(time.Millisecond))
 	fmt.Printf("  process RSS %d MiB -> %d MiB: %.1f KiB per waiting request (Go stacks in use: %d MiB, heap in use: %d MiB)\n",
-		rss0>>20, rss1>>20, float64(rss1-rss0)/1024/float64(*n), ms.StackInuse>>20, ms.HeapInuse>>20)
+		rss0>>20, rss1>>20, float64(rss1-rss0)/1024/float64(waitingN), ms.StackInuse>>20, ms.HeapInuse>>20)
+	fmt.Printf("  wait buffer: %s of %s held, peak %s\n", humanize.IBytes(uint64(st.WaitBuffer.Bytes)),
+		humanize.IBytes(uint64(st.WaitBuffer.Limit)), humanize.IBytes(uint64(st.WaitBuffer.Peak)))
 
 	before := oll.Requests()
 	req, _ := http.NewRequest(http.MethodDelete, admin+"/gpu_turnstile/holds/"+hold.ID, nil)
@@ -73,30 +87,54 @@ func runScale(args []string) error {
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
 		return fmt.Errorf("release: %v %v", resp, err)
 	}
-	for oll.Requests()-before < int64(*n) {
+	for oll.Requests()-before < int64(waitingN) {
 		if time.Since(released) > time.Minute {
-			return fmt.Errorf("only %d of %d reached Ollama a minute after the release", oll.Requests()-before, *n)
+			return fmt.Errorf("only %d of %d reached Ollama a minute after the release", oll.Requests()-before, waitingN)
 		}
 		time.Sleep(time.Millisecond)
 	}
-	fmt.Printf("  all %d forwarded to Ollama %v after the release\n", *n, time.Since(released).Round(time.Millisecond))
+	fmt.Printf("  all %d forwarded to Ollama %v after the release\n", waitingN, time.Since(released).Round(time.Millisecond))
 	if err := child.Wait(); err != nil {
 		return fmt.Errorf("clients: %v", err)
 	}
 	return nil
 }
 
-func waiting(llm string) int {
+type scaleStatus struct {
+	LLMWaiting int `json:"llm_waiting"`
+	WaitBuffer struct {
+		Bytes, Limit, Peak int64
+	} `json:"wait_buffer"`
+}
+
+func status(llm string) scaleStatus {
+	var st scaleStatus
 	resp, err := http.Get(llm + "/healthz")
+	if err != nil {
+		return st
+	}
+	defer resp.Body.Close()
+	json.NewDecoder(resp.Body).Decode(&st)
+	return st
+}
+
+var overloadSeries = regexp.MustCompile(`(?m)^gpu_turnstile_busy_total\{reason="overload",turnstile="default"\} (\d+)$`)
+
+// busyAnswers is how many requests the turnstile turned away for lack of
+// wait budget, from the admin endpoint's /metrics.
+func busyAnswers(admin string) int {
+	resp, err := http.Get(admin + "/metrics")
 	if err != nil {
 		return 0
 	}
 	defer resp.Body.Close()
-	var st struct {
-		LLMWaiting int `json:"llm_waiting"`
+	b, _ := io.ReadAll(resp.Body)
+	m := overloadSeries.FindSubmatch(b)
+	if m == nil {
+		return 0
 	}
-	json.NewDecoder(resp.Body).Decode(&st)
-	return st.LLMWaiting
+	n, _ := strconv.Atoi(string(m[1]))
+	return n
 }
 
 // rss is this process's resident set size, from /proc (Linux).
@@ -114,35 +152,49 @@ func rss() int64 {
 }
 
 // runScaleClients is the child: N concurrent requests, each on its own
-// connection; it exits once all are answered.
+// connection; it exits once all are answered. A busy answer (503) counts
+// as answered.
 func runScaleClients(args []string) error {
 	fs := newFlags("scale-clients")
 	n := fs.Int("n", 10000, "requests")
 	url := fs.String("url", "", "target")
+	bodySize := fs.String("body", "", "body size")
 	fs.Parse(args)
+	body := `{"model":"llama3.2","messages":[{"role":"user","content":"hi"}],"stream":false}`
+	if *bodySize != "" {
+		size, err := humanize.ParseBytes(*bodySize)
+		if err != nil {
+			return err
+		}
+		head, tail := `{"model":"llama3.2","stream":false,"messages":[{"role":"user","content":"`, `"}]}`
+		body = head + strings.Repeat("a", int(size)-len(head)-len(tail)) + tail
+	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: *n, MaxIdleConns: *n}, Timeout: 5 * time.Minute}
 	var wg sync.WaitGroup
-	var ok, failed atomic.Int64
+	var ok, busy, failed atomic.Int64
 	for range *n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp, err := client.Post(*url, "application/json", strings.NewReader(`{"model":"llama3.2","messages":[{"role":"user","content":"hi"}],"stream":false}`))
+			resp, err := client.Post(*url, "application/json", strings.NewReader(body))
 			if err != nil {
 				failed.Add(1)
 				return
 			}
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode == 200 {
+			switch resp.StatusCode {
+			case 200:
 				ok.Add(1)
-			} else {
+			case 503:
+				busy.Add(1)
+			default:
 				failed.Add(1)
 			}
 		}()
 	}
 	wg.Wait()
-	fmt.Printf("  clients: %d answered 200, %d failed\n", ok.Load(), failed.Load())
+	fmt.Printf("  clients: %d answered 200, %d busy (503), %d failed\n", ok.Load(), busy.Load(), failed.Load())
 	if failed.Load() > 0 {
 		return fmt.Errorf("%d requests failed", failed.Load())
 	}

@@ -1,0 +1,471 @@
+package turnstile
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/dustin/go-humanize"
+	"go.uber.org/zap"
+)
+
+// A request that may wait for the GPU reads its body into memory first, so
+// that Go's server notices a client that leaves while it waits (see
+// waitBodyLimit). Without a bound on the total, enough waiting requests with
+// large bodies exhaust memory. The wait budget is that bound: per
+// turnstile, the buffered bytes stay under wait_buffer_limit, and
+// optionally the number of waiting requests under max_waiting. A request
+// that would go past either is not buffered; it gets the busy answer at
+// once. Requests already waiting keep their place.
+//
+// The budget is per turnstile, not per process: one GPU's queue filling up
+// does not turn away the requests for another GPU, and the process's total
+// is the sum of the limits its turnstiles were given.
+//
+// A body's bytes are reserved before they are read and stay counted while
+// they are in memory on the turnstile's behalf: through the wait and until
+// the upstream has read them (for an image job, also during Ollama's
+// unload), or the request ends. Counting only the wait itself would let
+// requests just admitted (their bodies still referenced while they are
+// forwarded) and new waiters each fill the limit, twice it in all.
+//
+// The LLM fast path (the GPU is free) never reaches any of this.
+
+// wait_buffer_limit's default and largest value.
+const (
+	defaultWaitBufferLimit = 256 << 20
+	maxWaitBufferLimit     = 1 << 40
+)
+
+// discardLimit bounds how much of a refused request's body is read (and
+// dropped) so that the client gets the busy answer.
+const discardLimit = 64 << 20
+
+// chunked bodies (no Content-Length) are read in chunks reserved one at a
+// time, growing from firstChunk to maxChunk.
+const (
+	firstChunk = 1 << 10
+	maxChunk   = 1 << 20
+)
+
+// waitBudget counts what the requests waiting for one GPU hold.
+type waitBudget struct {
+	bytes   atomic.Int64 // body bytes held in memory now
+	peak    atomic.Int64 // the most bytes ever held at once
+	waiting atomic.Int64 // requests admitted to wait whose wait has not ended
+
+	// A warning is logged when a limit turns the first request away, and
+	// again only once the budget has fallen back below half the limit: one
+	// line per burst, not one per request.
+	bytesWarned, waitingWarned atomic.Bool
+}
+
+// reserve takes n bytes from the budget if that keeps it within limit.
+func (b *waitBudget) reserve(n, limit int64) bool {
+	for {
+		cur := b.bytes.Load()
+		if cur+n > limit {
+			return false
+		}
+		if b.bytes.CompareAndSwap(cur, cur+n) {
+			b.raisePeak(cur + n)
+			return true
+		}
+	}
+}
+
+// raisePeak records v as the high-water mark if it is one.
+func (b *waitBudget) raisePeak(v int64) {
+	for p := b.peak.Load(); v > p; p = b.peak.Load() {
+		if b.peak.CompareAndSwap(p, v) {
+			return
+		}
+	}
+}
+
+// give returns n bytes to the budget.
+func (b *waitBudget) give(n, limit int64) {
+	if left := b.bytes.Add(-n); left < limit/2 {
+		b.bytesWarned.Store(false)
+	}
+}
+
+// enter takes a place among the waiting requests, within max (0: no cap).
+func (b *waitBudget) enter(max int) bool {
+	if max <= 0 {
+		b.waiting.Add(1)
+		return true
+	}
+	for {
+		cur := b.waiting.Load()
+		if cur >= int64(max) {
+			return false
+		}
+		if b.waiting.CompareAndSwap(cur, cur+1) {
+			return true
+		}
+	}
+}
+
+func (b *waitBudget) leave(max int) {
+	if left := b.waiting.Add(-1); left < int64(max)/2 || max <= 0 {
+		b.waitingWarned.Store(false)
+	}
+}
+
+// waitBufferStatus is the status JSON's "wait_buffer".
+type waitBufferStatus struct {
+	Bytes int64 `json:"bytes"` // request body bytes held for waiting requests now
+	Limit int64 `json:"limit"` // wait_buffer_limit
+	Peak  int64 `json:"peak"`  // the most held at once since Caddy started
+}
+
+func (b *waitBudget) status(c *config) waitBufferStatus {
+	st := waitBufferStatus{Bytes: b.bytes.Load(), Peak: b.peak.Load()}
+	if c != nil {
+		st.Limit = c.waitBufferLimit
+	}
+	return st
+}
+
+// overloadError says which limit turned a request away.
+type overloadError struct {
+	option  string // wait_buffer_limit or max_waiting
+	started bool   // part of the body had been read
+}
+
+func (e *overloadError) Error() string { return "gpu_turnstile: " + e.option + " reached" }
+
+// waitTicket is a request's place among the waiting requests and the body
+// it buffered for the wait. The caller calls stopWaiting when the wait ends
+// and done (deferred) when the request ends.
+type waitTicket struct {
+	ts      *turnstile
+	body    *waitBody // nil for a request without a body
+	waiting bool
+}
+
+// admitWait prepares a request to wait for the GPU: it takes a place among
+// the waiting requests (max_waiting) and reads up to bodyLimit bytes of
+// the body into memory, reserving each part from the budget before reading
+// it. If a limit is reached it returns an *overloadError and holds nothing;
+// a body that cannot be read gives the error to answer with.
+func (ts *turnstile) admitWait(r *http.Request, c *config, bodyLimit int64) (*waitTicket, error) {
+	b := &ts.budget
+	if !b.enter(c.MaxWaiting) {
+		return nil, ts.overload(c, "max_waiting")
+	}
+	t := &waitTicket{ts: ts, waiting: true}
+	body, err := ts.readForWait(r, c, min(bodyLimit, c.waitBufferLimit))
+	if err != nil {
+		t.stopWaiting()
+		return nil, err
+	}
+	t.body = body
+	return t, nil
+}
+
+// stopWaiting gives back the request's place among the waiting requests.
+// Its body's bytes stay counted until the upstream has read them.
+func (t *waitTicket) stopWaiting() {
+	if t.waiting {
+		t.waiting = false
+		t.ts.budget.leave(t.ts.cfg().MaxWaiting)
+	}
+}
+
+// done gives back whatever the request still holds.
+func (t *waitTicket) done() {
+	t.stopWaiting()
+	if t.body != nil {
+		t.body.release()
+	}
+}
+
+// overload counts and logs a request turned away by a limit.
+func (ts *turnstile) overload(c *config, option string) *overloadError {
+	b := &ts.budget
+	warned := &b.bytesWarned
+	if option == "max_waiting" {
+		warned = &b.waitingWarned
+	}
+	if warned.CompareAndSwap(false, true) {
+		ts.log().Warn("requests that would wait for the GPU are answered busy until the waiting ones drain",
+			zap.String("limit", option), zap.Int64("wait_buffer_bytes", b.bytes.Load()),
+			zap.Int64("wait_buffer_limit", c.waitBufferLimit), zap.Int64("waiting", b.waiting.Load()),
+			zap.Int("max_waiting", c.MaxWaiting))
+	}
+	ts.metrics.busyOverload.Inc()
+	return &overloadError{option: option}
+}
+
+// readForWait reads up to limit bytes of r's body into memory and puts a
+// waitBody in its place: the buffered bytes, then whatever was left
+// unread. The bytes are reserved from the budget before they are read;
+// if the budget runs out part-way, what was reserved is given back and an
+// *overloadError returned.
+func (ts *turnstile) readForWait(r *http.Request, c *config, limit int64) (*waitBody, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	wb := &waitBody{ts: ts, src: r.Body, limit: c.waitBufferLimit}
+	var err error
+	if r.ContentLength > 0 {
+		err = wb.readKnown(r.ContentLength, limit)
+	} else {
+		err = wb.readChunked(limit)
+	}
+	if err != nil {
+		wb.release()
+		var o *overloadError
+		if errors.As(err, &o) {
+			err := ts.overload(c, o.option)
+			err.started = len(wb.chunks) > 0
+			return nil, err
+		}
+		return nil, bodyReadError(err)
+	}
+	if wb.complete {
+		r.Body.Close()
+	}
+	if len(wb.chunks) == 0 {
+		wb.release() // nothing kept in memory
+	}
+	r.Body = wb
+	return wb, nil
+}
+
+var errBudget = &overloadError{option: "wait_buffer_limit"}
+
+// readKnown reads a body whose size is known: one reservation, one
+// allocation.
+func (wb *waitBody) readKnown(size, limit int64) error {
+	n := min(size, limit)
+	if !wb.reserve(n) {
+		return errBudget
+	}
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(wb.src, buf); err != nil {
+		return err // shorter than its Content-Length, or the client left
+	}
+	wb.chunks = append(wb.chunks, buf)
+	if n < size {
+		return nil // the rest waits unread
+	}
+	// One more read sees the end (Go's server has usually seen it with
+	// the last bytes already): what lets it notice a client that leaves.
+	var probe [1]byte
+	switch m, err := wb.src.Read(probe[:]); {
+	case m > 0:
+		return errors.New("body longer than its Content-Length")
+	case err == io.EOF:
+		wb.complete = true
+	case err != nil:
+		return err
+	}
+	return nil
+}
+
+// readChunked reads a body of unknown length a chunk at a time, each
+// reserved before it is allocated, so that it never holds memory the
+// budget did not grant. Chunks grow from firstChunk to maxChunk.
+func (wb *waitBody) readChunked(limit int64) error {
+	size := int64(firstChunk)
+	for total := int64(0); total < limit; size = min(size*2, maxChunk) {
+		n := min(size, limit-total)
+		if !wb.reserve(n) {
+			return errBudget
+		}
+		buf := make([]byte, n)
+		k, err := fill(wb.src, buf)
+		if k > 0 {
+			wb.chunks = append(wb.chunks, buf[:k])
+		} else {
+			wb.unreserve(n) // the body had ended: the chunk is dropped
+		}
+		total += int64(k)
+		if err == io.EOF {
+			wb.complete = true
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fill reads into buf until it is full or the reader fails; io.EOF means
+// the body ended (unlike io.ReadFull, which also reports a reader's own
+// io.ErrUnexpectedEOF, a truncated chunked body, as a short read).
+func fill(r io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		k, err := r.Read(buf[n:])
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// bodyReadError is the answer to a body that could not be read: the 413 of
+// Caddy's request_body max_size as it is, anything else a 400.
+func bodyReadError(err error) error {
+	var he caddyhttp.HandlerError
+	if errors.As(err, &he) {
+		return err
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return caddyhttp.Error(http.StatusRequestEntityTooLarge, err)
+	}
+	return caddyhttp.Error(http.StatusBadRequest, fmt.Errorf("gpu_turnstile: reading request body: %w", err))
+}
+
+// waitBody is a request body read into memory before the request waits,
+// followed by the rest of the original body if that was not read to its
+// end. Its bytes are given back to the budget once they have been read
+// (the upstream has them) or release is called, whichever comes first.
+type waitBody struct {
+	ts       *turnstile
+	src      io.ReadCloser // the original body
+	limit    int64         // wait_buffer_limit
+	complete bool          // src was read to its end
+
+	mu     sync.Mutex
+	chunks [][]byte // buffered bytes not yet read
+	held   int64    // bytes reserved from the budget and not given back
+}
+
+func (wb *waitBody) reserve(n int64) bool {
+	if !wb.ts.budget.reserve(n, wb.limit) {
+		return false
+	}
+	wb.mu.Lock()
+	wb.held += n
+	wb.mu.Unlock()
+	return true
+}
+
+func (wb *waitBody) unreserve(n int64) {
+	wb.mu.Lock()
+	wb.held -= n
+	wb.mu.Unlock()
+	wb.ts.budget.give(n, wb.limit)
+}
+
+// release gives the reserved bytes back; the buffered data stays readable.
+func (wb *waitBody) release() {
+	wb.mu.Lock()
+	wb.releaseLocked()
+	wb.mu.Unlock()
+}
+
+func (wb *waitBody) releaseLocked() {
+	if wb.held > 0 {
+		wb.ts.budget.give(wb.held, wb.limit)
+		wb.held = 0
+	}
+}
+
+// Read serves the buffered bytes, dropping each chunk once it is read,
+// then the rest of the original body.
+func (wb *waitBody) Read(p []byte) (int, error) {
+	wb.mu.Lock()
+	for len(wb.chunks) > 0 {
+		c := wb.chunks[0]
+		n := copy(p, c)
+		if n < len(c) {
+			wb.chunks[0] = c[n:]
+			wb.mu.Unlock()
+			return n, nil
+		}
+		wb.chunks[0] = nil
+		wb.chunks = wb.chunks[1:]
+		if len(wb.chunks) == 0 {
+			wb.releaseLocked()
+		}
+		if n > 0 || len(p) == 0 {
+			wb.mu.Unlock()
+			return n, nil
+		}
+	}
+	wb.releaseLocked()
+	wb.mu.Unlock()
+	if wb.complete {
+		return 0, io.EOF
+	}
+	return wb.src.Read(p) // never under the mutex: it may block on the client
+}
+
+// Close closes the original body.
+func (wb *waitBody) Close() error { return wb.src.Close() }
+
+// refuseWait answers a request that admitWait did not admit. One turned
+// away by a limit gets the busy answer at once, in the error shape of the
+// API it spoke, with Retry-After: an LLM request as in reject mode
+// (llm_busy_status), an image prompt in ComfyUI's error shape with 503.
+// Any other error (an unreadable body) is returned for Caddy to answer.
+func (ts *turnstile) refuseWait(w http.ResponseWriter, r *http.Request, c *config, err error, image bool) error {
+	var o *overloadError
+	if !errors.As(err, &o) {
+		return err
+	}
+	// Many clients send the whole body before they read the answer; if
+	// the connection closed under them they would see a broken pipe, not
+	// the busy answer. So the rest is read and dropped (never kept), up to
+	// discardLimit; past that the connection is closed after the answer.
+	// A client that asked to be told first (Expect: 100-continue) and
+	// has not been sent on is answered without its body, on a connection
+	// that then closes (otherwise Go's server would try to read the body
+	// it never asked for, and the answer would wait for the client's
+	// expect timeout).
+	if strings.EqualFold(r.Header.Get("Expect"), "100-continue") && !o.started {
+		if r.ProtoMajor == 1 {
+			w.Header().Set("Connection", "close")
+		}
+	} else if r.Body != nil {
+		io.CopyN(io.Discard, r.Body, discardLimit)
+	}
+	retry := retryAfterSeconds(ts.retryAfter(c))
+	var msg string
+	if o.option == "max_waiting" {
+		msg = fmt.Sprintf("gpu_turnstile: %d requests already wait for the GPU (max_waiting); retry after %ds", c.MaxWaiting, retry)
+	} else {
+		msg = fmt.Sprintf("gpu_turnstile: the requests waiting for the GPU already hold %s of request bodies (wait_buffer_limit); retry after %ds",
+			humanize.IBytes(uint64(c.waitBufferLimit)), retry)
+	}
+	if !image {
+		return writeLLMBusy(w, r, c.busyStatus, retry, msg)
+	}
+	w.Header().Set("Retry-After", strconv.Itoa(retry))
+	w.Header().Set("Cache-Control", "no-store")
+	return writeComfyError(w, http.StatusServiceUnavailable, "gpu_busy", msg)
+}
+
+// validateBudget checks wait_buffer_limit and max_waiting and fills in
+// the default.
+func validateBudget(s Settings, c *config) error {
+	switch {
+	case s.WaitBufferLimit < 0:
+		return fmt.Errorf("wait_buffer_limit: %d is negative", s.WaitBufferLimit)
+	case s.WaitBufferLimit > maxWaitBufferLimit:
+		return fmt.Errorf("wait_buffer_limit: %d is over 1TiB", s.WaitBufferLimit)
+	case s.WaitBufferLimit == 0:
+		c.waitBufferLimit = defaultWaitBufferLimit
+	default:
+		c.waitBufferLimit = s.WaitBufferLimit
+	}
+	if s.MaxWaiting < 0 {
+		return fmt.Errorf("max_waiting: %d is negative", s.MaxWaiting)
+	}
+	return nil
+}

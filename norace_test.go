@@ -1,0 +1,5 @@
+//go:build !race
+
+package turnstile
+
+const raceEnabled = false
