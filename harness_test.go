@@ -48,6 +48,10 @@ type harnessOptions struct {
 	settings string // extra lines inside the gpu_turnstile block
 	noComfy  bool
 	noOllama bool
+	// comfyURL, if set, is a ComfyUI server to use instead of the fake
+	// (which is then not started): the turnstile and the proxy both go
+	// there.
+	comfyURL string
 	// beforeLoad runs after the fakes start and before Caddy loads.
 	beforeLoad func(*harness)
 }
@@ -56,7 +60,9 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 	t.Helper()
 	h := &harness{t: t, gpu: gputest.New(), client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
 	h.ollama = ollamatest.NewServer(h.gpu, opts.ollama)
-	h.comfy = comfytest.NewServer(h.gpu, opts.comfy)
+	if opts.comfyURL == "" {
+		h.comfy = comfytest.NewServer(h.gpu, opts.comfy)
+	}
 	for i := range h.ports {
 		h.ports[i] = freePort(t)
 	}
@@ -73,7 +79,9 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		}
 		h.client.CloseIdleConnections()
 		h.ollama.Close()
-		h.comfy.Close()
+		if h.comfy != nil {
+			h.comfy.Close()
+		}
 		if o := h.gpu.Overlaps(); len(o) > 0 && !h.overlapExpected {
 			t.Errorf("the GPU was shared:\n%s\ntimeline:\n%s", strings.Join(o, "\n"), gputest.Dump(h.gpu.Events()))
 		}
@@ -82,7 +90,11 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 }
 
 func (h *harness) caddyfile(opts harnessOptions) string {
-	ollamaURL, comfyURL := h.ollama.URL, h.comfy.URL
+	comfyUpstream := opts.comfyURL
+	if comfyUpstream == "" {
+		comfyUpstream = h.comfy.URL
+	}
+	ollamaURL, comfyURL := h.ollama.URL, comfyUpstream
 	if opts.noOllama {
 		ollamaURL = ""
 	}
@@ -133,7 +145,7 @@ func (h *harness) caddyfile(opts harnessOptions) string {
 	gpu_turnstile
 	reverse_proxy %s
 }
-`, h.ports[2], logs, ollamaURL, comfyURL, strings.Join(defaults, "\n\t\t"), opts.settings, h.ports[0], h.ollama.URL, h.ports[1], h.comfy.URL)
+`, h.ports[2], logs, ollamaURL, comfyURL, strings.Join(defaults, "\n\t\t"), opts.settings, h.ports[0], h.ollama.URL, h.ports[1], comfyUpstream)
 }
 
 // load adapts a Caddyfile and loads it, as `caddy reload` would.
