@@ -81,7 +81,12 @@ func runSwitch(args []string) error {
 		return err
 	}
 	time.Sleep(300 * time.Millisecond) // start-up probe and websocket
-	prompt := `{"prompt":{"3":{"class_type":"KSampler"},"9":{"class_type":"SaveImage"}}}`
+	// Each prompt has its own seed, or ComfyUI's cache would answer it.
+	seed := 0
+	prompt := func() string {
+		seed++
+		return fmt.Sprintf(`{"prompt":{"3":{"class_type":"KSampler","inputs":{"seed":%d}},"9":{"class_type":"SaveImage"}}}`, seed)
+	}
 	chat := `{"model":"llama3.2","messages":[{"role":"user","content":"hi"}],"stream":false}`
 
 	var toLLM, toImage, unloads, frees []time.Duration
@@ -89,7 +94,8 @@ func runSwitch(args []string) error {
 		// Image -> LLM: a chat arrives during a job and waits.
 		from := len(gpu.Events())
 		done := make(chan error, 1)
-		go func() { _, err := post(image+"/prompt", prompt); done <- err }()
+		p := prompt()
+		go func() { _, err := post(image+"/prompt", p); done <- err }()
 		time.Sleep(60 * time.Millisecond) // the job is running
 		if _, err := post(llm+"/api/chat", chat); err != nil {
 			return err
@@ -98,7 +104,9 @@ func runSwitch(args []string) error {
 			return err
 		}
 		ev := gpu.Events()
-		jobEnd, i := at(ev, from, "comfy", " end ")
+		// The job has ended when ComfyUI writes its history entry and
+		// takes it off the queue, ~100 ms after its final message.
+		jobEnd, i := at(ev, from, "comfy", "history ")
 		freeReq, _ := at(ev, i, "comfy", "free requested")
 		freed, _ := at(ev, i, "comfy", "free")
 		for j := i; j < len(ev); j++ { // "free" also matches "free requested"
@@ -118,7 +126,7 @@ func runSwitch(args []string) error {
 		from = len(gpu.Events())
 		go func() { _, err := post(llm+"/api/chat", chat); done <- err }()
 		time.Sleep(10 * time.Millisecond) // the chat is streaming
-		if _, err := post(image+"/prompt", prompt); err != nil {
+		if _, err := post(image+"/prompt", prompt()); err != nil {
 			return err
 		}
 		if err := <-done; err != nil {
