@@ -46,6 +46,9 @@ type harnessOptions struct {
 	settings string // extra lines inside the gpu_turnstile block
 	noComfy  bool
 	noOllama bool
+	// ollamaURL, if set, is the Ollama Caddy and the turnstile use instead
+	// of the fake (which then runs unused).
+	ollamaURL string
 	// beforeLoad runs after the fakes start and before Caddy loads.
 	beforeLoad func(*harness)
 }
@@ -81,6 +84,10 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 
 func (h *harness) caddyfile(opts harnessOptions) string {
 	ollamaURL, comfyURL := h.ollama.URL, h.comfy.URL
+	if opts.ollamaURL != "" {
+		ollamaURL = opts.ollamaURL
+	}
+	upstream := ollamaURL
 	if opts.noOllama {
 		ollamaURL = ""
 	}
@@ -125,7 +132,7 @@ func (h *harness) caddyfile(opts harnessOptions) string {
 	gpu_turnstile
 	reverse_proxy %s
 }
-`, h.ports[2], logs, ollamaURL, comfyURL, opts.settings, h.ports[0], h.ollama.URL, h.ports[1], h.comfy.URL)
+`, h.ports[2], logs, ollamaURL, comfyURL, opts.settings, h.ports[0], upstream, h.ports[1], h.comfy.URL)
 }
 
 // load adapts a Caddyfile and loads it, as `caddy reload` would.
