@@ -3,14 +3,15 @@
 package turnstile
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/gputest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/ollama/realollama"
 )
 
@@ -66,6 +68,17 @@ func TestRealOllama(t *testing.T) {
 		{"ConcurrentStreams", realConcurrentStreams},
 		{"OllamaGoClient", realOllamaGoClient},
 		{"OpenAIGoClient", realOpenAIGoClient},
+		{"HoldDrainsAndUnloads", realHoldDrains},
+		{"ImageJobDrainsAndUnloads", realImageDrains},
+		{"WarmAfterImageJob", realWarmAfterJob},
+		{"HoldRacesWarmUp", realHoldRacesWarm},
+		{"ImageJobRacesWarmUp", realJobRacesWarm},
+		{"ClientLeavesMidLoad", realClientLeavesMidLoad},
+		{"WarmUpTimesOut", realWarmTimeout},
+		{"EarlyUnload", realEarlyUnload},
+		{"JoiningRequestCancelsUnload", realJoiningKeepAlive},
+		{"ServeKilledRunnerOrphaned", realOrphanedRunner},
+		{"UnloadFigures", realUnloadFigures},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.run(t, e) })
 	}
@@ -200,6 +213,21 @@ func (r *realRig) assertEmpty(t *testing.T, when string) {
 	if ms := r.ps(t); len(ms) > 0 {
 		t.Errorf("%s: Ollama's /api/ps lists %v", when, modelNames(ms))
 	}
+}
+
+// loadingLog is what Ollama logs once a runner has begun loading the
+// model's weights (it has been alive ~10 ms before; a load cancelled
+// earlier than this ends with the runner at once).
+const loadingLog = `status="llm server loading model"`
+
+// waitLoading waits, from the log mark, until a runner of this Ollama is
+// loading a model, and returns the runner.
+func (r *realRig) waitLoading(t *testing.T, mark int64) realollama.Process {
+	t.Helper()
+	if !r.srv.WaitLog(mark, loadingLog, 15*time.Second) {
+		t.Fatal("Ollama began no load within 15s")
+	}
+	return r.waitRunner(t)
 }
 
 // waitRunner waits until a runner of this Ollama is alive and returns it.
@@ -402,5 +430,348 @@ func realOpenAIGoClient(t *testing.T, e *realEnv) {
 	r.waitIdle()
 }
 
-var _ = bufio.NewReader
-var _ = http.MethodPost
+// longStream is a generation that streams for a second or more on the
+// tiny model, long enough for what a case does meanwhile (milliseconds).
+const longStream = 600
+
+const holdBody = `{"turnstile":"default","owner":"test","ttl":"1m"}`
+
+// holdID reads a granted hold's id.
+func holdID(t *testing.T, r result) string {
+	t.Helper()
+	if r.err != nil || r.status != http.StatusCreated {
+		t.Fatalf("hold: %d %v %s", r.status, r.err, r.body)
+	}
+	var out struct{ ID string }
+	if err := json.Unmarshal([]byte(r.body), &out); err != nil || out.ID == "" {
+		t.Fatalf("hold answer %s", r.body)
+	}
+	return out.ID
+}
+
+// loadTiny has the tiny model loaded through Caddy.
+func (r *realRig) loadTiny(t *testing.T) {
+	t.Helper()
+	res := r.post(context.Background(), r.llm+"/api/generate", `{"model":"tiny","prompt":"hi","stream":false,"options":{"num_predict":3}}`)
+	if res.err != nil || res.status != 200 {
+		t.Fatalf("generate: %d %v %s", res.status, res.err, res.body)
+	}
+	r.waitListed(t, "tiny:latest")
+}
+
+// drain runs an exclusive request (take) while a long stream is in
+// flight, and checks the contract: the exclusive request and a new LLM
+// request wait, the stream finishes whole, and the exclusive request is
+// granted with Ollama empty, no runner left; the LLM request is served
+// once the GPU is back.
+func (r *realRig) drain(t *testing.T, kind string, take func() <-chan result) (granted result, waiter <-chan result) {
+	t.Helper()
+	ctx := context.Background()
+	finish := r.streamStart(ctx, "/api/generate", genBody("tiny", longStream))
+	exclusive := take()
+	r.waitStatus(kind+" waiting behind the stream", func(st Status) bool { return st.HoldWaiting+st.ImageWaiting == 1 && st.LLMInflight == 1 })
+	waiter = r.postAsync(ctx, r.llm+"/api/generate", `{"model":"tiny","prompt":"hi","stream":false,"options":{"num_predict":3}}`)
+	r.waitStatus("an LLM request waiting behind the "+kind, func(st Status) bool { return st.LLMWaiting == 1 })
+	if ms := r.ps(t); len(ms) != 1 {
+		t.Errorf("while the stream drains Ollama lists %v", modelNames(ms))
+	}
+	res := finish()
+	if res.status != 200 {
+		t.Fatalf("stream: %d %s", res.status, res.body)
+	}
+	ndjsonDone(t, "the stream in flight", res.body)
+	granted = <-exclusive
+	r.assertEmpty(t, kind+" granted")
+	select {
+	case w := <-waiter:
+		t.Fatalf("an LLM request was served during the %s: %d %s", kind, w.status, w.body)
+	default:
+	}
+	return granted, waiter
+}
+
+func realHoldDrains(t *testing.T, e *realEnv) {
+	r := e.start(t, rigOptions{})
+	granted, waiter := r.drain(t, "hold", func() <-chan result {
+		return r.postAsync(context.Background(), r.admin+"/gpu_turnstile/holds", holdBody)
+	})
+	id := holdID(t, granted)
+	if st := r.ts().status(); st.LLMWaiting != 1 || st.State != "hold" {
+		t.Errorf("during the hold: %+v", st)
+	}
+	r.releaseHold(t, id)
+	if w := <-waiter; w.status != 200 || !strings.Contains(w.body, `"done":true`) {
+		t.Fatalf("LLM request after the hold: %d %v %s", w.status, w.err, w.body)
+	}
+	r.waitIdle()
+}
+
+func realImageDrains(t *testing.T, e *realEnv) {
+	r := e.start(t, rigOptions{job: 300 * time.Millisecond})
+	granted, waiter := r.drain(t, "image job", func() <-chan result {
+		return r.postAsync(context.Background(), r.image+"/prompt", promptBody(300))
+	})
+	promptID(t, granted)
+	if w := <-waiter; w.status != 200 || !strings.Contains(w.body, `"done":true`) {
+		t.Fatalf("LLM request after the job: %d %v %s", w.status, w.err, w.body)
+	}
+	r.waitIdle()
+	if n := count(r.gpu.Events(), "comfy", "job"); n != 2 { // start and end
+		t.Errorf("%d comfy job events, want the job's start and end", n)
+	}
+}
+
+func realWarmAfterJob(t *testing.T, e *realEnv) {
+	r := e.start(t, rigOptions{settings: "warm_model tiny"})
+	r.loadTiny(t)
+	promptID(t, r.post(context.Background(), r.image+"/prompt", promptBody(200)))
+	r.assertEmpty(t, "image job submitted")
+	// After the job and ComfyUI's free, the warm model is loaded again
+	// (the watcher fails the case if that happened before the free).
+	m := r.waitListed(t, "tiny:latest")
+	if left := time.Until(m.ExpiresAt); left < 4*time.Minute {
+		t.Errorf("warmed model expires in %v, want Ollama's default keep-alive (5m)", left)
+	}
+	r.waitIdle()
+	if st := r.ts().status(); st.State != "idle" {
+		t.Errorf("after the warm-up: %+v", st)
+	}
+}
+
+// warmBig has the turnstile start warming the big model (a hold taken and
+// released ends like a job: the warm model is loaded again) and returns
+// once its runner is loading it.
+func (r *realRig) warmBig(t *testing.T) realollama.Process {
+	t.Helper()
+	mark := r.srv.LogSize()
+	r.releaseHold(t, r.takeHold(t, "first", "1m"))
+	r.waitStatus("warming", func(st Status) bool { return st.Warming })
+	p := r.waitLoading(t, mark)
+	if ms := r.ps(t); len(ms) != 0 {
+		t.Fatalf("the big model is listed already, %v: no load to race", modelNames(ms))
+	}
+	return p
+}
+
+func realHoldRacesWarm(t *testing.T, e *realEnv) {
+	r := e.start(t, rigOptions{settings: "warm_model big"})
+	runner := r.warmBig(t)
+	id := r.takeHold(t, "racer", "1m")
+	r.assertEmpty(t, "hold taken while the warm model loaded")
+	if realollama.Running(runner.PID) {
+		t.Errorf("the warm-up's runner %d is alive", runner.PID)
+	}
+	r.releaseHold(t, id)
+}
+
+func realJobRacesWarm(t *testing.T, e *realEnv) {
+	r := e.start(t, rigOptions{settings: "warm_model big"})
+	runner := r.warmBig(t)
+	promptID(t, r.post(context.Background(), r.image+"/prompt", promptBody(100)))
+	r.assertEmpty(t, "image job submitted while the warm model loaded")
+	if realollama.Running(runner.PID) {
+		t.Errorf("the warm-up's runner %d is alive", runner.PID)
+	}
+	r.waitTimeline("the job's end", func(ev []gputest.Event) bool { return count(ev, "comfy", "end") > 0 })
+}
+
+func realClientLeavesMidLoad(t *testing.T, e *realEnv) {
+	r := e.start(t, rigOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	mark := r.srv.LogSize()
+	res := r.postAsync(ctx, r.llm+"/api/generate", `{"model":"big","prompt":"hi","stream":false,"options":{"num_predict":1}}`)
+	runner := r.waitLoading(t, mark)
+	r.waitStatus("the request in flight", func(st Status) bool { return st.LLMInflight == 1 })
+	cancel() // the client leaves while the big model loads
+	if got := <-res; got.err == nil {
+		t.Fatalf("the request was not cut: %d %s", got.status, got.body)
+	}
+	// Ollama abandons the load, but its runner lives on for a while and
+	// never shows in /api/ps: the hold must wait for it to be gone.
+	id := r.takeHold(t, "after-cancel", "1m")
+	alive := realollama.Running(runner.PID)
+	r.assertEmpty(t, "hold taken right after a client left mid-load")
+	if alive {
+		t.Errorf("the hold was granted while the abandoned load's runner %d was alive", runner.PID)
+	}
+	r.releaseHold(t, id)
+}
+
+func realWarmTimeout(t *testing.T, e *realEnv) {
+	r := e.start(t, rigOptions{settings: "warm_model big\nwarm_timeout 1s"})
+	runner := r.warmBig(t)
+	// The hold queues behind the warm-up, which gives up after a second
+	// while the big model still loads; its runner outlives the request.
+	id := r.takeHold(t, "after-warm-timeout", "1m")
+	alive := realollama.Running(runner.PID)
+	r.assertEmpty(t, "hold taken after the warm-up timed out")
+	if alive {
+		t.Errorf("the hold was granted while the timed-out warm-up's runner %d was alive", runner.PID)
+	}
+	r.releaseHold(t, id)
+}
+
+// waitUnloadPending waits until Ollama lists model with an expiry that
+// is not Ollama's keep-alive but an unload request's time: an unload was
+// asked for and waits for the model's requests.
+func (r *realRig) waitUnloadPending(t *testing.T, model string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ms := r.ps(t)
+		i := slices.IndexFunc(ms, func(m ollamaapi.ProcessModelResponse) bool { return m.Name == model })
+		if i < 0 {
+			t.Fatalf("%s is not listed: %v", model, modelNames(ms))
+		}
+		if time.Until(ms[i].ExpiresAt) < time.Minute {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no unload of %s requested within 10s; it expires at %v", model, ms[i].ExpiresAt)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func realEarlyUnload(t *testing.T, e *realEnv) {
+	r := e.start(t, rigOptions{settings: "early_unload"})
+	ctx := context.Background()
+	finish := r.streamStart(ctx, "/api/generate", genBody("tiny", longStream))
+	job := r.postAsync(ctx, r.image+"/prompt", promptBody(100))
+	r.waitStatus("image job waiting", func(st Status) bool { return st.ImageWaiting == 1 })
+	r.waitUnloadPending(t, "tiny:latest")
+	if st := r.ts().status(); st.LLMInflight != 1 || st.State != "llm" {
+		t.Fatalf("the unload was not early: the stream no longer holds the GPU: %+v", st)
+	}
+	res := finish()
+	ndjsonDone(t, "the stream during the early unload", res.body) // not cut short
+	promptID(t, <-job)
+	r.assertEmpty(t, "image job submitted")
+	r.waitIdle()
+}
+
+func realJoiningKeepAlive(t *testing.T, e *realEnv) {
+	r := e.start(t, rigOptions{settings: "early_unload\nunload_timeout 20s"})
+	ctx := context.Background()
+	finish := r.streamStart(ctx, "/api/generate", genBody("tiny", longStream))
+	// A second request, admitted before the image job comes, waits inside
+	// Ollama (one slot) and reaches the model after the early unload was
+	// asked for; its own keep_alive cancels that unload.
+	joiner := r.postAsync(ctx, r.llm+"/api/generate", `{"model":"tiny","prompt":"hi","stream":false,"keep_alive":"5m","options":{"num_predict":20}}`)
+	r.waitStatus("both requests in flight", func(st Status) bool { return st.LLMInflight == 2 })
+	job := r.postAsync(ctx, r.image+"/prompt", promptBody(100))
+	r.waitStatus("image job waiting", func(st Status) bool { return st.ImageWaiting == 1 })
+	r.waitUnloadPending(t, "tiny:latest")
+	ndjsonDone(t, "the stream", finish().body)
+	if j := <-joiner; j.status != 200 || !strings.Contains(j.body, `"done":true`) {
+		t.Fatalf("joining request: %d %v %s", j.status, j.err, j.body)
+	}
+	// The model is still loaded; the image job must still get a GPU
+	// that Ollama has left.
+	promptID(t, <-job)
+	r.assertEmpty(t, "image job submitted")
+	r.waitIdle()
+}
+
+func realOrphanedRunner(t *testing.T, e *realEnv) {
+	r := e.start(t, rigOptions{settings: "unload_timeout 30s"})
+	r.loadTiny(t)
+	runner := r.waitRunner(t)
+	r.srv.Kill() // SIGKILL to `ollama serve` only, as the OOM killer or kill -9 would
+	if !realollama.Running(runner.PID) {
+		t.Fatalf("runner %d ended with its server; no orphan to test with", runner.PID)
+	}
+	t.Cleanup(func() { realollama.KillAll(r.srv.Runners()) })
+	// Ollama's port refuses connections now, yet the orphan holds the
+	// model's memory: no hold while it lives. Nothing will change while
+	// it lives, so a grant within two seconds is as wrong as any.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	hold := r.postAsync(ctx, r.admin+"/gpu_turnstile/holds", holdBody)
+	var got result
+	select {
+	case got = <-hold:
+		t.Errorf("hold answered while orphaned runner %d is alive: %d %s", runner.PID, got.status, got.body)
+	case <-time.After(2 * time.Second):
+	}
+	realollama.KillAll([]realollama.Process{runner})
+	if got.status == 0 {
+		got = <-hold
+	}
+	id := holdID(t, got)
+	r.assertNoRunner(t, "hold granted after the orphan was gone")
+	r.releaseHold(t, id)
+}
+
+func (r *realRig) assertNoRunner(t *testing.T, when string) {
+	t.Helper()
+	if rs := r.srv.Runners(); len(rs) > 0 {
+		t.Errorf("%s: a runner of Ollama is alive: %v", when, rs)
+	}
+}
+
+// realUnloadFigures measures, for BENCHMARKS.md, how long Ollama itself
+// takes to unload each model (keep_alive 0 until /api/ps no longer lists
+// it, and until its runner has exited) and how long a hold takes through
+// the turnstile with the model loaded (request to 201). It runs only with
+// REALOLLAMA_FIGURES=N (N rounds per model) and logs the figures.
+func realUnloadFigures(t *testing.T, e *realEnv) {
+	rounds, _ := strconv.Atoi(os.Getenv("REALOLLAMA_FIGURES"))
+	if rounds <= 0 {
+		t.Skip("set REALOLLAMA_FIGURES=N to measure unload times over N rounds")
+	}
+	r := e.start(t, rigOptions{})
+	ctx := context.Background()
+	zero := &ollamaapi.Duration{}
+	for _, model := range []string{"tiny", "big"} {
+		var load, listed, gone, hold []time.Duration
+		for range rounds {
+			start := time.Now()
+			if err := r.srv.Client.Generate(ctx, &ollamaapi.GenerateRequest{Model: model}, func(ollamaapi.GenerateResponse) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			load = append(load, time.Since(start))
+			runners := r.srv.Runners()
+			if len(runners) != 1 {
+				t.Fatalf("runners %v", runners)
+			}
+			start = time.Now()
+			if err := r.srv.Client.Generate(ctx, &ollamaapi.GenerateRequest{Model: model, KeepAlive: zero}, func(ollamaapi.GenerateResponse) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			for len(r.ps(t)) > 0 {
+				time.Sleep(time.Millisecond)
+			}
+			listed = append(listed, time.Since(start))
+			if !realollama.WaitGone(runners[0].PID, 30*time.Second) {
+				t.Fatalf("runner %v still alive 30s after the unload", runners[0])
+			}
+			gone = append(gone, time.Since(start))
+
+			if res := r.post(ctx, r.llm+"/api/generate", fmt.Sprintf(`{"model":%q}`, model)); res.status != 200 {
+				t.Fatalf("load through Caddy: %d %s", res.status, res.body)
+			}
+			start = time.Now()
+			id := r.takeHold(t, "figures", "1m")
+			hold = append(hold, time.Since(start))
+			r.assertEmpty(t, "hold granted")
+			r.releaseHold(t, id)
+			r.waitIdle()
+		}
+		t.Logf("%s (%d rounds, median [min-max]): load %s; Ollama's own unload: gone from /api/ps %s, runner exited %s; hold through the turnstile %s",
+			model, rounds, spread(load), spread(listed), spread(gone), spread(hold))
+	}
+}
+
+// spread formats durations as "median [min-max]".
+func spread(ds []time.Duration) string {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	r := func(d time.Duration) time.Duration {
+		if d < 100*time.Millisecond {
+			return d.Round(100 * time.Microsecond)
+		}
+		return d.Round(time.Millisecond)
+	}
+	return fmt.Sprintf("%v [%v-%v]", r(s[len(s)/2]), r(s[0]), r(s[len(s)-1]))
+}

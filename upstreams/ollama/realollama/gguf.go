@@ -37,7 +37,7 @@ type Model struct {
 	Seed uint64
 }
 
-// Tiny is a model of ~0.6 MB that loads in ~0.3 s on a CPU.
+// Tiny is a model of 1 MB that loads in ~0.3 s on a CPU.
 var Tiny = Model{Layers: 2, Embd: 64, FF: 128, Heads: 4, Words: 1000, Kind: ggml.TensorTypeF32, Seed: 1}
 
 // Big is a model that takes seconds to load on a CPU (2-5 s on two cores):
@@ -46,8 +46,12 @@ var Tiny = Model{Layers: 2, Embd: 64, FF: 128, Heads: 4, Words: 1000, Kind: ggml
 // load. Loaded, it holds ~2.4 GB.
 var Big = Model{Layers: 24, Embd: 3072, FF: 8192, Heads: 16, HeadsKV: 4, Words: 1000, Context: 16384, NumCtx: 16384, Kind: ggml.TensorTypeQ4_0, Zero: true}
 
-// eos is the id of </s>.
-const eos = 2
+// eos is the id of </s>; firstWord the first token after the special
+// and byte tokens.
+const (
+	eos       = 2
+	firstWord = 3 + 256
+)
 
 // vocab returns the SPM vocabulary: <unk>, <s>, </s>, the 256 byte
 // tokens llama.cpp's byte fallback needs (its newline token is <0x0A>),
@@ -170,14 +174,17 @@ func (m Model) write(path string) (digest string, err error) {
 		t.WriterTo = weights{kind: m.Kind, elems: cols * rows, cols: cols, size: int64(t.Size()), zero: m.Zero, seed: seed, first: first}
 		ts = append(ts, t)
 	}
-	// With F32 weights, generations run to num_predict: every token's
-	// embedding has a large first component, which survives the small
-	// random layers and the final norm, and the output row of </s> turns
-	// it into a logit so negative that </s> is never sampled.
+	// With F32 weights, generations run to num_predict and are plain
+	// words: every token's embedding has a large first component, which
+	// survives the small random layers and the final norm, and the output
+	// rows of the special and byte tokens turn it into logits so negative
+	// that they are never sampled (</s> would end a generation early; a
+	// lone byte is invalid UTF-8, which Ollama holds back, rescanning it at
+	// each token).
 	weight("token_embd.weight", m.Embd, len(tokens), func(int) float32 { return 1 })
 	norm("output_norm.weight", m.Embd)
 	weight("output.weight", m.Embd, len(tokens), func(row int) float32 {
-		if row == eos {
+		if row < firstWord {
 			return -100
 		}
 		return 0

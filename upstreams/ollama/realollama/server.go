@@ -203,6 +203,30 @@ func (s *Server) logContains(substr string) bool {
 	return err == nil && bytes.Contains(b, []byte(substr))
 }
 
+// LogSize is the length of the server's log so far, a mark for WaitLog.
+func (s *Server) LogSize() int64 {
+	fi, err := os.Stat(s.Log)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// WaitLog waits until the server has logged substr after the mark from
+// LogSize, up to timeout, and reports whether it has.
+func (s *Server) WaitLog(from int64, substr string, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if b, err := os.ReadFile(s.Log); err == nil && int64(len(b)) > from && bytes.Contains(b[from:], []byte(substr)) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
 // PID is the serve process' id.
 func (s *Server) PID() int { return s.cmd.Process.Pid }
 
@@ -319,13 +343,14 @@ func WaitGone(pid int, timeout time.Duration) bool {
 	// processes that are not our children, such as orphaned runners.
 	fd, err := pidfdOpen(pid)
 	if err != nil {
-		return !running(pid)
+		return !Running(pid)
 	}
 	defer closeFD(fd)
-	return waitFD(fd, timeout) || !running(pid)
+	return waitFD(fd, timeout) || !Running(pid)
 }
 
-func running(pid int) bool {
+// Running reports whether the process is alive and not a zombie.
+func Running(pid int) bool {
 	return len(readNulList(fmt.Sprintf("/proc/%d/cmdline", pid))) > 0
 }
 
