@@ -16,7 +16,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -112,8 +111,6 @@ type Server struct {
 
 	cmd    *exec.Cmd
 	exited chan struct{}
-	mu     sync.Mutex
-	killed bool
 }
 
 // Start starts `ollama serve` with its home and log under dir and returns
@@ -236,9 +233,6 @@ func (s *Server) Exited() <-chan struct{} { return s.exited }
 // Kill sends SIGKILL to the serve process only, as an OOM kill or
 // `kill -9` would: its runners live on, re-parented.
 func (s *Server) Kill() {
-	s.mu.Lock()
-	s.killed = true
-	s.mu.Unlock()
 	s.cmd.Process.Signal(syscall.SIGKILL)
 	<-s.exited
 }
