@@ -305,7 +305,7 @@ func ndjsonDone(t *testing.T, what, body string) int {
 
 func realConcurrentStreams(t *testing.T, e *realEnv) {
 	r := e.start(t, rigOptions{numParallel: 3})
-	const tokens = 300
+	const tokens = 600
 	reqs := []struct{ path, body string }{
 		{"/api/chat", fmt.Sprintf(`{"model":"tiny","messages":[{"role":"user","content":"hi"}],"options":{"num_predict":%d}}`, tokens)},
 		{"/api/generate", genBody("tiny", tokens)},
@@ -450,9 +450,10 @@ func realOpenAIGoClient(t *testing.T, e *realEnv) {
 	r.waitIdle()
 }
 
-// longStream is a generation that streams for a second or more on the
-// tiny model, long enough for what a case does meanwhile (milliseconds).
-const longStream = 600
+// longStream is a generation that streams for most of a second or more on
+// the tiny model, long enough for what a case does meanwhile
+// (milliseconds); with the prompt it fits the 2048-token context.
+const longStream = 1500
 
 const holdBody = `{"turnstile":"default","owner":"test","ttl":"1m"}`
 

@@ -372,8 +372,12 @@ func (s *Server) Create(ctx context.Context, name string, f File) error {
 		Files:    map[string]string{filepath.Base(f.Path): f.Digest},
 		Template: "{{ .Prompt }}",
 	}
+	req.Parameters = map[string]any{}
 	if f.NumCtx > 0 {
-		req.Parameters = map[string]any{"num_ctx": f.NumCtx}
+		req.Parameters["num_ctx"] = f.NumCtx
+	}
+	if f.Threads > 0 {
+		req.Parameters["num_thread"] = f.Threads
 	}
 	err := s.Client.Create(ctx, req, func(p api.ProgressResponse) error { last = p; return nil })
 	if err != nil {
