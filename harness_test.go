@@ -52,6 +52,9 @@ type harnessOptions struct {
 	// (which is then not started): the turnstile and the proxy both go
 	// there.
 	comfyURL string
+	// ollamaURL, if set, is the Ollama Caddy and the turnstile use instead
+	// of the fake (which then runs unused).
+	ollamaURL string
 	// beforeLoad runs after the fakes start and before Caddy loads.
 	beforeLoad func(*harness)
 }
@@ -95,6 +98,10 @@ func (h *harness) caddyfile(opts harnessOptions) string {
 		comfyUpstream = h.comfy.URL
 	}
 	ollamaURL, comfyURL := h.ollama.URL, comfyUpstream
+	if opts.ollamaURL != "" {
+		ollamaURL = opts.ollamaURL
+	}
+	upstream := ollamaURL
 	if opts.noOllama {
 		ollamaURL = ""
 	}
@@ -145,7 +152,7 @@ func (h *harness) caddyfile(opts harnessOptions) string {
 	gpu_turnstile
 	reverse_proxy %s
 }
-`, h.ports[2], logs, ollamaURL, comfyURL, strings.Join(defaults, "\n\t\t"), opts.settings, h.ports[0], h.ollama.URL, h.ports[1], comfyUpstream)
+`, h.ports[2], logs, ollamaURL, comfyURL, strings.Join(defaults, "\n\t\t"), opts.settings, h.ports[0], upstream, h.ports[1], comfyUpstream)
 }
 
 // load adapts a Caddyfile and loads it, as `caddy reload` would.
