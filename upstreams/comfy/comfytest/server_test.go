@@ -101,9 +101,9 @@ func socket(t *testing.T, srv *comfytest.Server, clientID string) <-chan map[str
 func TestErrorShapes(t *testing.T) {
 	srv, _ := newFake(t, comfytest.Options{})
 	for body, want := range map[string]string{
-		`{"prompt":{"1":{"class_type":"NoSuchNode"}}}`: `"type":"invalid_prompt"`,
+		`{"prompt":{"1":{"class_type":"NoSuchNode"}}}`:                                                              `"type":"invalid_prompt"`,
 		`{"prompt":{"1":{"class_type":"ImageBlur","inputs":{"blur_radius":40}},"9":{"class_type":"PreviewImage"}}}`: `"value_bigger_than_max"`,
-		`{"prompt":{"1":{"class_type":"KSampler"}}}`: `"prompt_no_outputs"`,
+		`{"prompt":{"1":{"class_type":"KSampler"}}}`:                                                                `"prompt_no_outputs"`,
 		`{"client_id":"x"}`: `"no_prompt"`,
 	} {
 		if status, got, _ := post(t, srv.URL+"/prompt", body); status != 400 || !strings.Contains(got, want) {
