@@ -126,8 +126,12 @@ func (l *Lock) TryAcquireShared() bool {
 }
 
 // AcquireShared takes a shared hold, waiting while an exclusive holder or
-// waiter exists. On ctx's end it returns ctx.Err() and holds nothing.
+// waiter exists. On ctx's end it returns ctx.Err() and holds nothing; a
+// context already done gets nothing, even when the lock is free.
 func (l *Lock) AcquireShared(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	l.mu.Lock()
 	if l.sharedFree() {
 		l.addShared(1)
@@ -175,10 +179,14 @@ func (l *Lock) ReleaseShared() {
 // AcquireExclusive takes the lock for one exclusive holder of the given
 // kind (Image or Hold), after the shared holders drain and the exclusive
 // waiters ahead of it are served. On ctx's end it returns ctx.Err() and
-// holds nothing.
+// holds nothing. A context already done gets nothing, even when the lock
+// is free: Ollama must not be emptied for a client that has gone.
 func (l *Lock) AcquireExclusive(ctx context.Context, kind Kind) error {
 	if kind != Image && kind != Hold {
 		panic("lock: exclusive kind must be Image or Hold")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	l.mu.Lock()
 	if l.shared == 0 && l.excl == Idle && !l.freeing && l.exclQ.Len() == 0 {

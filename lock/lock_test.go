@@ -540,3 +540,23 @@ func TestRandomisedExclusion(t *testing.T) {
 		})
 	}
 }
+
+// A context already done takes nothing, even from a free lock: an
+// exclusive grant would have Ollama emptied for a client that has gone.
+func TestDoneContextTakesNothing(t *testing.T) {
+	rec := &recorder{}
+	l := New(rec, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, kind := range []State{Image, Hold} {
+		if err := l.AcquireExclusive(ctx, kind); err == nil {
+			t.Fatalf("%v granted to a done context", kind)
+		}
+	}
+	if err := l.AcquireShared(ctx); err == nil {
+		t.Fatal("shared hold granted to a done context")
+	}
+	if st := l.Snapshot(); st.State != Idle || st.Shared != 0 || len(rec.transitions()) != 0 {
+		t.Fatalf("snapshot %+v, transitions %v: want an untouched idle lock", st, rec.transitions())
+	}
+}
