@@ -204,7 +204,7 @@ func parseSetting(d *caddyfile.Dispenser, s *Settings) error {
 			return err
 		}
 		n, err := humanize.ParseBytes(v)
-		if err != nil || n < 64 || n > 1<<30 {
+		if err != nil || n < 64 || n > maxPromptCaptureLimit {
 			return d.Errf("prompt_capture_limit: %q is not a size from 64B to 1GiB (e.g. 64KiB)", v)
 		}
 		s.PromptCaptureLimit = int64(n)
@@ -314,7 +314,12 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 			return nil, h.ArgErr()
 		}
 	}
+	seen := map[string]int{} // option -> line
 	for h.NextBlock(0) {
+		if line, dup := seen[h.Val()]; dup {
+			return nil, h.Errf("%s: given twice, on lines %d and %d", h.Val(), line, h.Line())
+		}
+		seen[h.Val()] = h.Line()
 		switch h.Val() {
 		case "turnstile":
 			v, err := oneArg(h.Dispenser)
@@ -353,7 +358,12 @@ func parseStatusHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, er
 			return nil, h.ArgErr()
 		}
 	}
+	seen := map[string]int{} // option -> line
 	for h.NextBlock(0) {
+		if line, dup := seen[h.Val()]; dup {
+			return nil, h.Errf("%s: given twice, on lines %d and %d", h.Val(), line, h.Line())
+		}
+		seen[h.Val()] = h.Line()
 		switch h.Val() {
 		case "turnstile":
 			v, err := oneArg(h.Dispenser)

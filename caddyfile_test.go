@@ -226,6 +226,8 @@ func TestCaddyfileInvalidForms(t *testing.T) {
 		{"max waiting not a number", opt("max_waiting many"), "max_waiting"},
 		{"option given twice", opt("wait_buffer_limit 1MiB\n\t\tmax_waiting 5\n\t\twait_buffer_limit 2MiB"), "wait_buffer_limit: given twice, on lines 4 and 6"},
 		{"flag given twice", opt("early_unload\n\t\tearly_unload"), "early_unload: given twice, on lines 4 and 5"},
+		{"auto then a duration", opt("busy_retry_after auto\n\t\tbusy_retry_after 10s"), "busy_retry_after: given twice, on lines 4 and 5"},
+		{"handler option given twice", "{\n\tgpu_turnstile {\n\t\tollama http://127.0.0.1:11435\n\t}\n}\n:11434 {\n\tgpu_turnstile {\n\t\tduring_job allow\n\t\tduring_job reject\n\t}\n\treverse_proxy 127.0.0.1:11435\n}", "during_job: given twice, on lines 8 and 9"},
 		{"warm without ollama", "{\n\tgpu_turnstile {\n\t\tcomfy http://a:1\n\t\twarm_model llama3.2\n\t}\n}", "warm_model"},
 	}
 	for _, tc := range cases {

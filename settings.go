@@ -155,6 +155,7 @@ const (
 	defaultBackoffInitial     = time.Second
 	defaultBackoffMax         = 60 * time.Second
 	defaultPromptCaptureLimit = 64 << 10
+	maxPromptCaptureLimit     = 1 << 30
 )
 
 // config is a turnstile's settings with defaults filled in and clients
@@ -254,6 +255,8 @@ func (s Settings) validate() (*config, error) {
 		c.captureLimit = defaultPromptCaptureLimit
 	case s.PromptCaptureLimit < 64:
 		return nil, fmt.Errorf("prompt_capture_limit: %d bytes cannot hold a prompt_id (at least 64)", s.PromptCaptureLimit)
+	case s.PromptCaptureLimit > maxPromptCaptureLimit:
+		return nil, fmt.Errorf("prompt_capture_limit: %d is over the 1GiB maximum", s.PromptCaptureLimit)
 	default:
 		c.captureLimit = s.PromptCaptureLimit
 	}
@@ -279,11 +282,9 @@ func (s Settings) validate() (*config, error) {
 		}
 	case "nvidia-smi":
 		if s.MinFreeVRAM > 0 {
-			path, err := exec.LookPath("nvidia-smi")
-			if err != nil {
-				return nil, fmt.Errorf("vram_probe: nvidia-smi not found in PATH: %v", err)
-			}
-			c.probe = smiProbe{path: path, index: s.GPUIndex}
+			// Looked for in PATH when the config loads (locate), never
+			// while it is adapted: adapting does not depend on the host.
+			c.probe = smiProbe{index: s.GPUIndex}
 		}
 	default:
 		return nil, fmt.Errorf("vram_probe: %q is neither comfy nor nvidia-smi", s.VRAMProbe)
@@ -292,6 +293,20 @@ func (s Settings) validate() (*config, error) {
 		return nil, fmt.Errorf("warm_model: %q needs ollama to be set", s.WarmModel)
 	}
 	return c, nil
+}
+
+// locate finds what the settings need on this host, when the config
+// loads: the nvidia-smi executable for vram_probe nvidia-smi.
+func (c *config) locate() error {
+	if p, ok := c.probe.(smiProbe); ok {
+		path, err := exec.LookPath("nvidia-smi")
+		if err != nil {
+			return fmt.Errorf("vram_probe: nvidia-smi not found in PATH: %v", err)
+		}
+		p.path = path
+		c.probe = p
+	}
+	return nil
 }
 
 // defaultRetryAfter is 30s, or with auto, job_timeout's default (the

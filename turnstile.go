@@ -66,6 +66,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 			return fmt.Errorf("gpu_turnstile %s: no settings", name)
 		}
 		c, err := s.validate()
+		if err == nil {
+			err = c.locate()
+		}
 		if err != nil {
 			return fmt.Errorf("gpu_turnstile %s: %v", name, err)
 		}
