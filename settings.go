@@ -8,6 +8,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/comfy"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/ollama"
 )
@@ -161,24 +162,12 @@ const (
 // built; one is made per config load and swapped in when the config starts.
 type config struct {
 	Settings
-	ollama         *ollama.Client // nil if disabled
-	comfy          *comfy.Client  // nil if disabled
-	reject         bool
-	busyStatus     int
-	retryAfter     time.Duration
-	llmWait        time.Duration
-	unloadTimeout  time.Duration
-	jobTimeout     time.Duration
-	freeTimeout    time.Duration
-	interruptGrace time.Duration
-	warmTimeout    time.Duration
-	unloadPoll     time.Duration
-	historyPoll    time.Duration
-	probeTimeout   time.Duration
-	backoffInitial time.Duration
-	backoffMax     time.Duration
-	captureLimit   int64
-	probe          vramProbe // nil without min_free_vram
+	gpu          gpu.Config // what the orchestration of the GPU uses
+	reject       bool
+	busyStatus   int
+	retryAfter   time.Duration
+	llmWait      time.Duration
+	captureLimit int64
 
 	waitBufferLimit int64
 }
@@ -187,17 +176,19 @@ type config struct {
 // Errors name the option as it is spelled in the Caddyfile.
 func (s Settings) validate() (*config, error) {
 	c := &config{Settings: s}
+	c.gpu = gpu.Config{OllamaURL: s.Ollama, ComfyURL: s.Comfy, WarmModel: s.WarmModel,
+		EarlyUnload: s.EarlyUnload, MaxImageStreak: s.MaxImageStreak, MinFreeVRAM: s.MinFreeVRAM}
 	if s.Ollama == "" && s.Comfy == "" {
 		return nil, fmt.Errorf("at least one of ollama and comfy must be set")
 	}
 	var err error
 	if s.Ollama != "" {
-		if c.ollama, err = ollama.NewClient(s.Ollama, nil); err != nil {
+		if c.gpu.Ollama, err = ollama.NewClient(s.Ollama, nil); err != nil {
 			return nil, fmt.Errorf("ollama: %v", err)
 		}
 	}
 	if s.Comfy != "" {
-		if c.comfy, err = comfy.NewClient(s.Comfy, nil); err != nil {
+		if c.gpu.Comfy, err = comfy.NewClient(s.Comfy, nil); err != nil {
 			return nil, fmt.Errorf("comfy: %v", err)
 		}
 	}
@@ -223,16 +214,16 @@ func (s Settings) validate() (*config, error) {
 	}{
 		{"busy_retry_after", s.BusyRetryAfter, defaultRetryAfter(s), &c.retryAfter},
 		{"llm_wait_timeout", s.LLMWaitTimeout, defaultLLMWaitTimeout, &c.llmWait},
-		{"unload_timeout", s.UnloadTimeout, defaultUnloadTimeout, &c.unloadTimeout},
-		{"job_timeout", s.JobTimeout, defaultJobTimeout, &c.jobTimeout},
-		{"free_timeout", s.FreeTimeout, defaultFreeTimeout, &c.freeTimeout},
-		{"interrupt_grace", s.InterruptGrace, defaultInterruptGrace, &c.interruptGrace},
-		{"warm_timeout", s.WarmTimeout, defaultWarmTimeout, &c.warmTimeout},
-		{"unload_poll_interval", s.UnloadPollInterval, defaultUnloadPollInterval, &c.unloadPoll},
-		{"history_poll_interval", s.HistoryPollInterval, defaultHistoryPoll, &c.historyPoll},
-		{"probe_timeout", s.ProbeTimeout, defaultProbeTimeout, &c.probeTimeout},
-		{"backoff initial", s.BackoffInitial, defaultBackoffInitial, &c.backoffInitial},
-		{"backoff max", s.BackoffMax, defaultBackoffMax, &c.backoffMax},
+		{"unload_timeout", s.UnloadTimeout, defaultUnloadTimeout, &c.gpu.UnloadTimeout},
+		{"job_timeout", s.JobTimeout, defaultJobTimeout, &c.gpu.JobTimeout},
+		{"free_timeout", s.FreeTimeout, defaultFreeTimeout, &c.gpu.FreeTimeout},
+		{"interrupt_grace", s.InterruptGrace, defaultInterruptGrace, &c.gpu.InterruptGrace},
+		{"warm_timeout", s.WarmTimeout, defaultWarmTimeout, &c.gpu.WarmTimeout},
+		{"unload_poll_interval", s.UnloadPollInterval, defaultUnloadPollInterval, &c.gpu.UnloadPoll},
+		{"history_poll_interval", s.HistoryPollInterval, defaultHistoryPoll, &c.gpu.HistoryPoll},
+		{"probe_timeout", s.ProbeTimeout, defaultProbeTimeout, &c.gpu.ProbeTimeout},
+		{"backoff initial", s.BackoffInitial, defaultBackoffInitial, &c.gpu.BackoffInitial},
+		{"backoff max", s.BackoffMax, defaultBackoffMax, &c.gpu.BackoffMax},
 	}
 	for _, d := range durations {
 		switch {
@@ -244,8 +235,8 @@ func (s Settings) validate() (*config, error) {
 			*d.dst = time.Duration(d.val)
 		}
 	}
-	if c.backoffMax < c.backoffInitial {
-		return nil, fmt.Errorf("backoff: max %v is less than initial %v", c.backoffMax, c.backoffInitial)
+	if c.gpu.BackoffMax < c.gpu.BackoffInitial {
+		return nil, fmt.Errorf("backoff: max %v is less than initial %v", c.gpu.BackoffMax, c.gpu.BackoffInitial)
 	}
 	switch {
 	case s.PromptCaptureLimit < 0:
@@ -272,10 +263,10 @@ func (s Settings) validate() (*config, error) {
 	switch s.VRAMProbe {
 	case "", "comfy":
 		if s.MinFreeVRAM > 0 {
-			if c.comfy == nil {
+			if c.gpu.Comfy == nil {
 				return nil, fmt.Errorf("min_free_vram: the comfy probe needs comfy to be set (or vram_probe nvidia-smi)")
 			}
-			c.probe = comfyProbe{c: c.comfy, index: s.GPUIndex}
+			c.gpu.Probe = gpu.ComfyProbe{Client: c.gpu.Comfy, Index: s.GPUIndex}
 		}
 	case "nvidia-smi":
 		if s.MinFreeVRAM > 0 {
@@ -283,12 +274,12 @@ func (s Settings) validate() (*config, error) {
 			if err != nil {
 				return nil, fmt.Errorf("vram_probe: nvidia-smi not found in PATH: %v", err)
 			}
-			c.probe = smiProbe{path: path, index: s.GPUIndex}
+			c.gpu.Probe = gpu.SMIProbe{Path: path, Index: s.GPUIndex}
 		}
 	default:
 		return nil, fmt.Errorf("vram_probe: %q is neither comfy nor nvidia-smi", s.VRAMProbe)
 	}
-	if s.WarmModel != "" && c.ollama == nil {
+	if s.WarmModel != "" && c.gpu.Ollama == nil {
 		return nil, fmt.Errorf("warm_model: %q needs ollama to be set", s.WarmModel)
 	}
 	return c, nil

@@ -158,7 +158,7 @@ func TestMessageOrderAndHistoryLag(t *testing.T) {
 	}
 	// A re-run of the same graph is answered from the cache at once.
 	_, body, _ = post(t, srv.URL+"/prompt", prompt("me", "1", 10_000))
-	id = promptID(t, body)
+	promptID(t, body)
 	for m := range own {
 		if m["type"] == "execution_cached" {
 			if nodes := m["data"].(map[string]any)["nodes"].([]any); len(nodes) != 2 {

@@ -1,4 +1,4 @@
-package turnstile
+package gpu
 
 import (
 	"context"
@@ -16,24 +16,25 @@ import (
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/comfy"
 )
 
-// vramProbe reads how much memory the card has free, across processes.
-type vramProbe interface {
-	freeVRAM(ctx context.Context) (int64, error)
+// VRAMProbe reads how much memory the card has free, across processes.
+type VRAMProbe interface {
+	FreeVRAM(ctx context.Context) (int64, error)
 	String() string
 }
 
-// comfyProbe reads the card's free memory from ComfyUI's /system_stats:
+// ComfyProbe reads the card's free memory from ComfyUI's /system_stats:
 // what CUDA reports for the whole card, so Ollama's memory shows in it
 // too, less what PyTorch keeps reserved inside ComfyUI.
-type comfyProbe struct {
-	c     *comfy.Client
-	index int
+type ComfyProbe struct {
+	Client *comfy.Client
+	Index  int // the CUDA index of the GPU (gpu_index)
 }
 
-func (p comfyProbe) String() string { return "comfyui /system_stats" }
+func (p ComfyProbe) String() string { return "comfyui /system_stats" }
 
-func (p comfyProbe) freeVRAM(ctx context.Context) (int64, error) {
-	devs, err := p.c.SystemStats(ctx)
+// FreeVRAM implements VRAMProbe.
+func (p ComfyProbe) FreeVRAM(ctx context.Context) (int64, error) {
+	devs, err := p.Client.SystemStats(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -43,28 +44,29 @@ func (p comfyProbe) freeVRAM(ctx context.Context) (int64, error) {
 			continue
 		}
 		gpu = true
-		if d.Index != nil && *d.Index == p.index {
+		if d.Index != nil && *d.Index == p.Index {
 			return d.CardFree(), nil
 		}
 	}
 	if !gpu {
 		return 0, comfy.ErrNoGPUReading
 	}
-	return 0, fmt.Errorf("comfyui reports no GPU with index %d", p.index)
+	return 0, fmt.Errorf("comfyui reports no GPU with index %d", p.Index)
 }
 
-// smiProbe runs nvidia-smi; the process is killed at the context's end, so
+// SMIProbe runs nvidia-smi; the process is killed at the context's end, so
 // a hung driver cannot block longer than the probe's deadline.
-type smiProbe struct {
-	path  string
-	index int
+type SMIProbe struct {
+	Path  string // nvidia-smi's path
+	Index int    // the GPU's index (gpu_index)
 }
 
-func (p smiProbe) String() string { return "nvidia-smi" }
+func (p SMIProbe) String() string { return "nvidia-smi" }
 
-func (p smiProbe) freeVRAM(ctx context.Context) (int64, error) {
-	out, err := exec.CommandContext(ctx, p.path, "--query-gpu=memory.free", "--format=csv,noheader,nounits",
-		"-i", strconv.Itoa(p.index)).Output()
+// FreeVRAM implements VRAMProbe.
+func (p SMIProbe) FreeVRAM(ctx context.Context) (int64, error) {
+	out, err := exec.CommandContext(ctx, p.Path, "--query-gpu=memory.free", "--format=csv,noheader,nounits",
+		"-i", strconv.Itoa(p.Index)).Output()
 	if err != nil {
 		return 0, fmt.Errorf("nvidia-smi: %w", err)
 	}
@@ -80,28 +82,28 @@ var errVRAMShort = errors.New("not enough free video memory")
 // waitVRAM waits, up to limit, until the card has min_free_vram free. Each
 // probe is bounded by probe_timeout. Without min_free_vram it returns at
 // once.
-func (ts *turnstile) waitVRAM(c *config, limit time.Duration, before string) error {
-	if c.MinFreeVRAM == 0 || c.probe == nil {
+func (g *GPU) waitVRAM(c *Config, limit time.Duration, before string) error {
+	if c.MinFreeVRAM == 0 || c.Probe == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ts.ctx, limit)
+	ctx, cancel := context.WithTimeout(g.ctx, limit)
 	defer cancel()
 	start := time.Now()
-	pace := poll.New(c.unloadPoll)
+	pace := poll.New(c.UnloadPoll)
 	var free int64 // the last reading
 	var read bool
 	var probeErr error
 	for {
-		pctx, pcancel := context.WithTimeout(ctx, c.probeTimeout)
-		f, err := c.probe.freeVRAM(pctx)
+		pctx, pcancel := context.WithTimeout(ctx, c.ProbeTimeout)
+		f, err := c.Probe.FreeVRAM(pctx)
 		pcancel()
 		switch {
 		case errors.Is(err, comfy.ErrNoGPUReading):
-			ts.reportNoGPUReading(err)
+			g.reportNoGPUReading(err)
 			return nil // no reading will come: waiting out the limit would only fail the job
 		case err == nil && f >= c.MinFreeVRAM:
 			if took := time.Since(start); took > 10*time.Millisecond {
-				ts.log().Info("video memory free", zap.String("before", before), zap.Int64("free_mib", f>>20), zap.Duration("waited", took))
+				g.log().Info("video memory free", zap.String("before", before), zap.Int64("free_mib", f>>20), zap.Duration("waited", took))
 			}
 			return nil
 		case err == nil:
@@ -110,11 +112,11 @@ func (ts *turnstile) waitVRAM(c *config, limit time.Duration, before string) err
 			probeErr = err // a deadline passing mid-probe is not the probe's fault
 		}
 		if pace.Wait(ctx) != nil {
-			ts.metrics.upstreamErrors.WithLabelValues(ts.name, "vram", "probe").Inc()
+			g.metrics.UpstreamError("vram", "probe")
 			if read {
 				return fmt.Errorf("%w before %s: %d MiB free after %v, min_free_vram is %d MiB", errVRAMShort, before, free>>20, limit, c.MinFreeVRAM>>20)
 			}
-			return fmt.Errorf("%w before %s: min_free_vram unverified, the %v probe gave no reading within %v: %v", errVRAMShort, before, c.probe, limit, probeErr)
+			return fmt.Errorf("%w before %s: min_free_vram unverified, the %v probe gave no reading within %v: %v", errVRAMShort, before, c.Probe, limit, probeErr)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package turnstile
+package gpu
 
 import (
 	"context"
@@ -20,64 +20,64 @@ import (
 // holding memory until then.
 const abortSettle = time.Second
 
-// errOllamaBusy is returned when Ollama could not be emptied.
-var errOllamaBusy = errors.New("ollama could not be emptied")
+// ErrOllamaBusy is returned when Ollama could not be emptied.
+var ErrOllamaBusy = errors.New("ollama could not be emptied")
 
 // markAbnormal records that LLM use has just ended in a way that may leave
 // a load in flight that /api/ps does not show.
-func (ts *turnstile) markAbnormal() { ts.abnormal.Store(time.Now().UnixNano()) }
+func (g *GPU) markAbnormal() { g.abnormal.Store(time.Now().UnixNano()) }
 
-// noteLLMEnd marks the end of a proxied LLM request as abnormal if the
+// NoteLLMEnd marks the end of a proxied LLM request as abnormal if the
 // client went away or the upstream failed. It costs no allocation.
-func (ts *turnstile) noteLLMEnd(ctx context.Context, err error) {
+func (g *GPU) NoteLLMEnd(ctx context.Context, err error) {
 	if err != nil || ctx.Err() != nil {
-		ts.markAbnormal()
+		g.markAbnormal()
 	}
 }
 
 // unloadOllama empties Ollama before the GPU goes to an exclusive holder,
 // and confirms it through /api/ps (and more, see emptyOllama).
-func (ts *turnstile) unloadOllama(c *config) error {
-	if c.ollama != nil {
-		if err := ts.emptyOllama(c); err != nil {
+func (g *GPU) unloadOllama(c *Config) error {
+	if c.Ollama != nil {
+		if err := g.emptyOllama(c); err != nil {
 			return err
 		}
 	}
-	return ts.waitVRAM(c, c.unloadTimeout, "exclusive use")
+	return g.waitVRAM(c, c.UnloadTimeout, "exclusive use")
 }
 
 // emptyOllama unloads every model and confirms it, within unload_timeout.
 // Normally an empty /api/ps is the confirmation. After abnormal LLM use it
 // is confirmed as confirmAfterAbort says; and a refused connection counts
 // as empty only as confirmNotRunning says.
-func (ts *turnstile) emptyOllama(c *config) error {
-	ctx, cancel := context.WithTimeout(ts.ctx, c.unloadTimeout)
+func (g *GPU) emptyOllama(c *Config) error {
+	ctx, cancel := context.WithTimeout(g.ctx, c.UnloadTimeout)
 	defer cancel()
 	start := time.Now()
-	abnormal := ts.abnormal.Load()
-	names, err := c.ollama.UnloadAll(ctx, c.unloadPoll)
+	abnormal := g.abnormal.Load()
+	names, err := c.Ollama.UnloadAll(ctx, c.UnloadPoll)
 	if err == nil && abnormal != 0 {
 		var more []string
-		more, err = ts.confirmAfterAbort(ctx, c, time.Unix(0, abnormal))
+		more, err = g.confirmAfterAbort(ctx, c, time.Unix(0, abnormal))
 		names = append(names, more...)
 	}
 	took := time.Since(start)
-	ts.ollamaUp.set(err)
+	g.ollamaUp.set(err)
 	if err != nil && jsonhttp.Refused(err) {
-		err = ts.confirmNotRunning(ctx, c, err)
+		err = g.confirmNotRunning(ctx, c, err)
 	}
 	if err != nil {
-		ts.metrics.upstreamErrors.WithLabelValues(ts.name, "ollama", "unload").Inc()
-		if errors.Is(err, errOllamaBusy) {
+		g.metrics.UpstreamError("ollama", "unload")
+		if errors.Is(err, ErrOllamaBusy) {
 			return err
 		}
-		return fmt.Errorf("%w: %v", errOllamaBusy, err)
+		return fmt.Errorf("%w: %v", ErrOllamaBusy, err)
 	}
-	ts.abnormal.CompareAndSwap(abnormal, 0)
+	g.abnormal.CompareAndSwap(abnormal, 0)
 	if len(names) > 0 {
-		ts.metrics.unload.Observe(took.Seconds())
-		ts.history.addEvent("unload", took, fmt.Sprintf("%d model(s)", len(names)))
-		ts.log().Info("ollama unloaded", zap.Strings("models", names), zap.Duration("duration", took))
+		g.metrics.Step("unload", took)
+		g.history.addEvent("unload", took, fmt.Sprintf("%d model(s)", len(names)))
+		g.log().Info("ollama unloaded", zap.Strings("models", names), zap.Duration("duration", took))
 	}
 	return nil
 }
@@ -87,27 +87,27 @@ func (ts *turnstile) emptyOllama(c *config) error {
 // /api/ps lists nothing and, for an Ollama on this host, no runner process
 // of it is alive, both at once. Models that appear meanwhile (a load that
 // finished after all) are unloaded.
-func (ts *turnstile) confirmAfterAbort(ctx context.Context, c *config, since time.Time) ([]string, error) {
+func (g *GPU) confirmAfterAbort(ctx context.Context, c *Config, since time.Time) ([]string, error) {
 	if err := sleepCtx(ctx, time.Until(since.Add(abortSettle))); err != nil {
-		return nil, fmt.Errorf("%w: the deadline passed while an aborted load could still be running", errOllamaBusy)
+		return nil, fmt.Errorf("%w: the deadline passed while an aborted load could still be running", ErrOllamaBusy)
 	}
 	var names []string
-	pace := poll.New(c.unloadPoll)
+	pace := poll.New(c.UnloadPoll)
 	for {
-		more, err := c.ollama.UnloadAll(ctx, c.unloadPoll)
+		more, err := c.Ollama.UnloadAll(ctx, c.UnloadPoll)
 		names = append(names, more...)
 		if err != nil {
 			return names, err
 		}
-		runners, visible, rerr := c.ollama.LocalRunners(ctx)
+		runners, visible, rerr := c.Ollama.LocalRunners(ctx)
 		if !visible || (rerr == nil && len(runners) == 0) {
 			return names, nil
 		}
 		if pace.Wait(ctx) != nil {
 			if rerr != nil {
-				return names, fmt.Errorf("%w: its runner processes could not be listed: %v", errOllamaBusy, rerr)
+				return names, fmt.Errorf("%w: its runner processes could not be listed: %v", ErrOllamaBusy, rerr)
 			}
-			return names, fmt.Errorf("%w: it lists no model, but %s still alive: a load may still be running", errOllamaBusy, describeRunners(runners))
+			return names, fmt.Errorf("%w: it lists no model, but %s still alive: a load may still be running", ErrOllamaBusy, describeRunners(runners))
 		}
 	}
 }
@@ -117,28 +117,28 @@ func (ts *turnstile) confirmAfterAbort(ctx context.Context, c *config, since tim
 // memory, so a refusing local Ollama is empty only once no runner process
 // of it is alive. For an Ollama on another host nothing more can be seen:
 // it counts as empty (min_free_vram, if set, still checks the card).
-func (ts *turnstile) confirmNotRunning(ctx context.Context, c *config, refused error) error {
-	pace := poll.New(c.unloadPoll)
+func (g *GPU) confirmNotRunning(ctx context.Context, c *Config, refused error) error {
+	pace := poll.New(c.UnloadPoll)
 	logged := false
 	for {
-		runners, visible, err := c.ollama.LocalRunners(ctx)
+		runners, visible, err := c.Ollama.LocalRunners(ctx)
 		switch {
 		case !visible:
-			ts.log().Warn("ollama refuses connections: counted as not running; its processes are on another host and cannot be checked", zap.Error(refused))
+			g.log().Warn("ollama refuses connections: counted as not running; its processes are on another host and cannot be checked", zap.Error(refused))
 			return nil
 		case err == nil && len(runners) == 0:
-			ts.log().Warn("ollama refuses connections and no runner of it is alive: not running, so holding no GPU memory", zap.Error(refused))
+			g.log().Warn("ollama refuses connections and no runner of it is alive: not running, so holding no GPU memory", zap.Error(refused))
 			return nil
 		case err == nil && !logged:
 			logged = true
-			ts.log().Warn("ollama refuses connections, but runner processes of it are alive and hold GPU memory; waiting for them to exit",
+			g.log().Warn("ollama refuses connections, but runner processes of it are alive and hold GPU memory; waiting for them to exit",
 				zap.String("runners", describeRunners(runners)))
 		}
 		if pace.Wait(ctx) != nil {
 			if err != nil {
-				return fmt.Errorf("%w: it refuses connections and its runner processes could not be listed: %v", errOllamaBusy, err)
+				return fmt.Errorf("%w: it refuses connections and its runner processes could not be listed: %v", ErrOllamaBusy, err)
 			}
-			return fmt.Errorf("%w: it refuses connections, but %s still alive, holding GPU memory (was ollama serve killed without its runners?)", errOllamaBusy, describeRunners(runners))
+			return fmt.Errorf("%w: it refuses connections, but %s still alive, holding GPU memory (was ollama serve killed without its runners?)", ErrOllamaBusy, describeRunners(runners))
 		}
 	}
 }
@@ -171,17 +171,17 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // unloadEarly sends the unloads without waiting for them: Ollama carries
 // each out once the model's running requests have finished.
-func (ts *turnstile) unloadEarly(c *config) {
-	ctx, cancel := context.WithTimeout(ts.ctx, c.unloadTimeout)
+func (g *GPU) unloadEarly(c *Config) {
+	ctx, cancel := context.WithTimeout(g.ctx, c.UnloadTimeout)
 	defer cancel()
-	models, err := c.ollama.PS(ctx)
+	models, err := c.Ollama.PS(ctx)
 	if err != nil {
 		return // the regular unload will report it
 	}
 	for _, m := range models {
-		c.ollama.Unload(ctx, m.Name)
+		c.Ollama.Unload(ctx, m.Name)
 	}
 	if len(models) > 0 {
-		ts.log().Debug("early unload requested while LLM requests drain", zap.Int("models", len(models)))
+		g.log().Debug("early unload requested while LLM requests drain", zap.Int("models", len(models)))
 	}
 }

@@ -1,0 +1,228 @@
+// Package gpu orchestrates one GPU shared by an LLM engine (Ollama) and an
+// image engine (ComfyUI): it decides what the GPU does. It takes the lock
+// of package lock for each use, empties Ollama before exclusive use, frees
+// ComfyUI after it and warms a model again, watches image jobs to their
+// end, guards work queued on ComfyUI directly, and keeps holds, the recent
+// history and the status.
+//
+// It knows nothing of Caddy or Prometheus: the caller brings the settings
+// (Config), a Metrics sink and a logger, and answers HTTP itself. Logs go
+// through the *zap.Logger the caller hands in, since that is what Caddy
+// gives every module; a logger interface of our own would only add an
+// adapter and lose zap's cheap level check on the hot paths.
+package gpu
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/comfy"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/ollama"
+)
+
+// Config is what the orchestration of one GPU needs of a turnstile's
+// settings, with defaults filled in and clients built.
+type Config struct {
+	OllamaURL string         // as configured; shown redacted in the status
+	Ollama    *ollama.Client // nil if disabled
+	ComfyURL  string
+	Comfy     *comfy.Client // nil if disabled
+
+	WarmModel      string // "" for none
+	EarlyUnload    bool
+	MaxImageStreak int
+	MinFreeVRAM    int64
+	Probe          VRAMProbe // nil without min_free_vram
+
+	UnloadTimeout, JobTimeout, FreeTimeout, InterruptGrace, WarmTimeout time.Duration
+	UnloadPoll, HistoryPoll, ProbeTimeout, BackoffInitial, BackoffMax   time.Duration
+}
+
+// Metrics receives what the orchestration measures. Every method must be
+// cheap and safe for concurrent use.
+type Metrics interface {
+	// Waited reports how long an exclusive user (image job, hold) waited.
+	Waited(kind lock.Kind, d time.Duration)
+	// Step reports a timed step: "unload", "free" or "warm".
+	Step(step string, d time.Duration)
+	// UpstreamError counts a failed call to an upstream ("ollama",
+	// "comfy", "vram") for an operation ("unload", "free", "warm", "probe").
+	UpstreamError(upstream, op string)
+	// JobEnded reports an image job that held the GPU, by outcome.
+	JobEnded(outcome string, d time.Duration)
+	// HoldEvent counts a hold's event: granted, released, expired,
+	// cancelled, failed, shutdown.
+	HoldEvent(event string)
+}
+
+// GPU is the orchestration of one GPU. It outlives any one config: Apply
+// makes a config current, Close ends everything.
+type GPU struct {
+	name    string
+	lock    *lock.Lock
+	metrics Metrics
+	history *history
+
+	cfgp atomic.Pointer[Config]
+	logp atomic.Pointer[zap.Logger]
+
+	// ctx ends with Close; background work and job watches end with it.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	started   bool
+	watchURL  string
+	watcher   *comfy.Watcher
+	stopWatch context.CancelFunc
+	job       *Job
+	holds     map[string]*Hold
+
+	waiting waitTracker // when each waiting request started waiting
+	foreign atomic.Bool // a watch over work queued directly on ComfyUI runs
+	probing atomic.Bool // the start-up probe holds the lock
+	// abnormal is when LLM use last ended abnormally (UnixNano; 0: not
+	// since Ollama was last confirmed empty). See emptyOllama.
+	abnormal atomic.Int64
+	warming  atomic.Bool // a warm-up holds a shared place
+	ollamaUp,
+	comfyUp reachability
+	wsUp atomic.Bool
+	// noGPUReading is set once ComfyUI is seen to report no GPU memory.
+	noGPUReading atomic.Bool
+
+	trMu       sync.Mutex // guards the fields Transition writes
+	since      time.Time  // when the current state began
+	lastSwitch time.Time  // when the GPU last went from one service to another
+	lastUser   lock.State // the last non-idle state
+}
+
+// New returns the orchestration of the GPU named name, idle, with no
+// config yet. m receives its measurements.
+func New(name string, m Metrics) *GPU {
+	ctx, cancel := context.WithCancel(context.Background())
+	g := &GPU{
+		name:    name,
+		metrics: m,
+		history: newHistory(historySize),
+		ctx:     ctx,
+		cancel:  cancel,
+		holds:   map[string]*Hold{},
+		since:   time.Now(),
+	}
+	g.logp.Store(zap.NewNop())
+	g.lock = lock.New(g, lock.Options{})
+	// What Ollama was doing before Caddy started is unknown: the first
+	// emptying is confirmed as after an abnormal end, without waiting out
+	// an abort that happened before Caddy was there to see it.
+	g.abnormal.Store(time.Now().Add(-abortSettle).UnixNano())
+	return g
+}
+
+// Lock returns the GPU's lock. The LLM fast path takes it directly.
+func (g *GPU) Lock() *lock.Lock { return g.lock }
+
+// Name returns the GPU's (turnstile's) name.
+func (g *GPU) Name() string { return g.name }
+
+// Close ends job watches, holds and background work, which releases the
+// lock. The GPU is not used after.
+func (g *GPU) Close() {
+	g.endHolds()
+	g.mu.Lock()
+	if g.stopWatch != nil {
+		g.stopWatch()
+	}
+	g.mu.Unlock()
+	g.cancel()
+}
+
+func (g *GPU) cfg() *Config     { return g.cfgp.Load() }
+func (g *GPU) log() *zap.Logger { return g.logp.Load() }
+
+// Apply makes a started config's settings current; the first call also
+// starts the start-up probes.
+func (g *GPU) Apply(c *Config, log *zap.Logger) {
+	g.cfgp.Store(c)
+	g.logp.Store(log)
+	g.lock.SetOptions(lock.Options{MaxExclusiveStreak: c.MaxImageStreak})
+
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c.ComfyURL != g.watchURL {
+		if g.stopWatch != nil {
+			g.stopWatch()
+			g.stopWatch, g.watcher = nil, nil
+		}
+		g.watchURL = c.ComfyURL
+		if c.Comfy != nil {
+			ctx, cancel := context.WithCancel(g.ctx)
+			g.stopWatch = cancel
+			g.watcher = c.Comfy.NewWatcher("gpu-turnstile-"+g.name+"-"+randomID(), c.BackoffInitial, c.BackoffMax, g.reportWatch)
+			go g.watcher.Run(ctx)
+			go g.watchForeignWork(ctx, g.watcher)
+		}
+	}
+	if !g.started {
+		g.started = true
+		g.startUp(c)
+	}
+}
+
+// Transition implements lock.Effects. It runs under the lock's mutex.
+func (g *GPU) Transition(from, to lock.State) {
+	now := time.Now()
+	g.trMu.Lock()
+	g.since = now
+	if to != lock.Idle {
+		if g.lastUser != lock.Idle && g.lastUser != to {
+			g.lastSwitch = now
+		}
+		g.lastUser = to
+	}
+	g.trMu.Unlock()
+	g.history.addTransition(now, from, to)
+	if log := g.log(); log.Core().Enabled(zap.DebugLevel) {
+		log.Debug("lock transition", zap.Stringer("from", from), zap.Stringer("to", to))
+	}
+}
+
+// reachability is what the last contact with an upstream showed.
+type reachability struct{ v atomic.Int32 }
+
+func (r *reachability) set(err error) {
+	if err == nil {
+		r.v.Store(1)
+	} else {
+		r.v.Store(2)
+	}
+}
+
+// get returns nil while unknown.
+func (r *reachability) get() *bool {
+	switch r.v.Load() {
+	case 1:
+		t := true
+		return &t
+	case 2:
+		f := false
+		return &f
+	}
+	return nil
+}
+
+func randomID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Interface guards
+var _ lock.Effects = (*GPU)(nil)
