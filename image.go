@@ -24,7 +24,7 @@ const imageBodyLimit = 32 << 20
 func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	ts := h.ts
 	c := ts.cfg()
-	if c.gpu.Comfy == nil {
+	if c.gpu.Image == nil {
 		return next.ServeHTTP(w, r) // no ComfyUI consumer: nothing to arbitrate
 	}
 	ticket, err := ts.admitWait(r, c, imageBodyLimit)

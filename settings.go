@@ -162,7 +162,10 @@ const (
 // built; one is made per config load and swapped in when the config starts.
 type config struct {
 	Settings
-	gpu          gpu.Config // what the orchestration of the GPU uses
+	gpu          gpu.Config     // what the orchestration of the GPU uses
+	ollama       *ollama.Client // nil if disabled
+	comfy        *comfy.Client  // nil if disabled
+	historyPoll  time.Duration
 	reject       bool
 	busyStatus   int
 	retryAfter   time.Duration
@@ -176,19 +179,18 @@ type config struct {
 // Errors name the option as it is spelled in the Caddyfile.
 func (s Settings) validate() (*config, error) {
 	c := &config{Settings: s}
-	c.gpu = gpu.Config{OllamaURL: s.Ollama, ComfyURL: s.Comfy, WarmModel: s.WarmModel,
-		EarlyUnload: s.EarlyUnload, MaxImageStreak: s.MaxImageStreak, MinFreeVRAM: s.MinFreeVRAM}
+	c.gpu = gpu.Config{WarmModel: s.WarmModel, EarlyUnload: s.EarlyUnload, MaxImageStreak: s.MaxImageStreak, MinFreeVRAM: s.MinFreeVRAM}
 	if s.Ollama == "" && s.Comfy == "" {
 		return nil, fmt.Errorf("at least one of ollama and comfy must be set")
 	}
 	var err error
 	if s.Ollama != "" {
-		if c.gpu.Ollama, err = ollama.NewClient(s.Ollama, nil); err != nil {
+		if c.ollama, err = ollama.NewClient(s.Ollama, nil); err != nil {
 			return nil, fmt.Errorf("ollama: %v", err)
 		}
 	}
 	if s.Comfy != "" {
-		if c.gpu.Comfy, err = comfy.NewClient(s.Comfy, nil); err != nil {
+		if c.comfy, err = comfy.NewClient(s.Comfy, nil); err != nil {
 			return nil, fmt.Errorf("comfy: %v", err)
 		}
 	}
@@ -220,7 +222,7 @@ func (s Settings) validate() (*config, error) {
 		{"interrupt_grace", s.InterruptGrace, defaultInterruptGrace, &c.gpu.InterruptGrace},
 		{"warm_timeout", s.WarmTimeout, defaultWarmTimeout, &c.gpu.WarmTimeout},
 		{"unload_poll_interval", s.UnloadPollInterval, defaultUnloadPollInterval, &c.gpu.UnloadPoll},
-		{"history_poll_interval", s.HistoryPollInterval, defaultHistoryPoll, &c.gpu.HistoryPoll},
+		{"history_poll_interval", s.HistoryPollInterval, defaultHistoryPoll, &c.historyPoll},
 		{"probe_timeout", s.ProbeTimeout, defaultProbeTimeout, &c.gpu.ProbeTimeout},
 		{"backoff initial", s.BackoffInitial, defaultBackoffInitial, &c.gpu.BackoffInitial},
 		{"backoff max", s.BackoffMax, defaultBackoffMax, &c.gpu.BackoffMax},
@@ -263,10 +265,10 @@ func (s Settings) validate() (*config, error) {
 	switch s.VRAMProbe {
 	case "", "comfy":
 		if s.MinFreeVRAM > 0 {
-			if c.gpu.Comfy == nil {
+			if c.comfy == nil {
 				return nil, fmt.Errorf("min_free_vram: the comfy probe needs comfy to be set (or vram_probe nvidia-smi)")
 			}
-			c.gpu.Probe = gpu.ComfyProbe{Client: c.gpu.Comfy, Index: s.GPUIndex}
+			c.gpu.Probe = gpu.ComfyProbe{Client: c.comfy, Index: s.GPUIndex}
 		}
 	case "nvidia-smi":
 		if s.MinFreeVRAM > 0 {
@@ -279,10 +281,23 @@ func (s Settings) validate() (*config, error) {
 	default:
 		return nil, fmt.Errorf("vram_probe: %q is neither comfy nor nvidia-smi", s.VRAMProbe)
 	}
-	if s.WarmModel != "" && c.gpu.Ollama == nil {
+	if s.WarmModel != "" && c.ollama == nil {
 		return nil, fmt.Errorf("warm_model: %q needs ollama to be set", s.WarmModel)
 	}
+	c.engines()
 	return c, nil
+}
+
+// engines puts the configured upstreams behind the GPU's engine
+// interfaces.
+func (c *config) engines() {
+	if c.ollama != nil {
+		c.gpu.LLM = gpu.NewOllama(c.ollama, c.gpu.UnloadPoll)
+	}
+	if c.comfy != nil {
+		c.gpu.Image = gpu.NewComfy(c.comfy, gpu.ComfyOptions{HistoryPoll: c.historyPoll, FreePoll: c.gpu.UnloadPoll,
+			BackoffInitial: c.gpu.BackoffInitial, BackoffMax: c.gpu.BackoffMax})
+	}
 }
 
 // defaultRetryAfter is 30s, or with auto, job_timeout's default (the

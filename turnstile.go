@@ -106,7 +106,7 @@ func (a *App) Start() error {
 			zap.Duration("llm_wait_timeout", c.llmWait), zap.Duration("unload_timeout", c.gpu.UnloadTimeout),
 			zap.Duration("job_timeout", c.gpu.JobTimeout), zap.Duration("free_timeout", c.gpu.FreeTimeout),
 			zap.String("warm_model", c.WarmModel), zap.Duration("warm_timeout", c.gpu.WarmTimeout),
-			zap.Duration("unload_poll_interval", c.gpu.UnloadPoll), zap.Duration("history_poll_interval", c.gpu.HistoryPoll),
+			zap.Duration("unload_poll_interval", c.gpu.UnloadPoll), zap.Duration("history_poll_interval", c.historyPoll),
 			zap.Duration("probe_timeout", c.gpu.ProbeTimeout), zap.Duration("backoff_initial", c.gpu.BackoffInitial),
 			zap.Duration("backoff_max", c.gpu.BackoffMax), zap.Int64("prompt_capture_limit", c.captureLimit),
 			zap.Int("max_image_streak", c.MaxImageStreak),

@@ -23,17 +23,13 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/comfy"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/ollama"
 )
 
 // Config is what the orchestration of one GPU needs of a turnstile's
 // settings, with defaults filled in and clients built.
 type Config struct {
-	OllamaURL string         // as configured; shown redacted in the status
-	Ollama    *ollama.Client // nil if disabled
-	ComfyURL  string
-	Comfy     *comfy.Client // nil if disabled
+	LLM   LLMEngine   // nil if none
+	Image ImageEngine // nil if none
 
 	WarmModel      string // "" for none
 	EarlyUnload    bool
@@ -42,7 +38,10 @@ type Config struct {
 	Probe          VRAMProbe // nil without min_free_vram
 
 	UnloadTimeout, JobTimeout, FreeTimeout, InterruptGrace, WarmTimeout time.Duration
-	UnloadPoll, HistoryPoll, ProbeTimeout, BackoffInitial, BackoffMax   time.Duration
+	// UnloadPoll paces the VRAM checks; ProbeTimeout bounds each probe
+	// and the start-up probes; the backoff paces retries of the start-up
+	// queue probe.
+	UnloadPoll, ProbeTimeout, BackoffInitial, BackoffMax time.Duration
 }
 
 // Metrics receives what the orchestration measures. Every method must be
@@ -80,7 +79,7 @@ type GPU struct {
 	mu        sync.Mutex
 	started   bool
 	watchURL  string
-	watcher   *comfy.Watcher
+	watcher   Watch // the image engine's, nil without one
 	stopWatch context.CancelFunc
 	job       *Job
 	holds     map[string]*Hold
@@ -92,10 +91,11 @@ type GPU struct {
 	// since Ollama was last confirmed empty). See emptyOllama.
 	abnormal atomic.Int64
 	warming  atomic.Bool // a warm-up holds a shared place
-	ollamaUp,
-	comfyUp reachability
+	llmUp,
+	imageUp reachability
 	wsUp atomic.Bool
-	// noGPUReading is set once ComfyUI is seen to report no GPU memory.
+	// noGPUReading is set once the image engine is seen to report no GPU
+	// memory.
 	noGPUReading atomic.Bool
 
 	trMu       sync.Mutex // guards the fields Transition writes
@@ -119,10 +119,9 @@ func New(name string, m Metrics) *GPU {
 	}
 	g.logp.Store(zap.NewNop())
 	g.lock = lock.New(g, lock.Options{})
-	// What Ollama was doing before Caddy started is unknown: the first
-	// emptying is confirmed as after an abnormal end, without waiting out
-	// an abort that happened before Caddy was there to see it.
-	g.abnormal.Store(time.Now().Add(-abortSettle).UnixNano())
+	// What the LLM engine was doing before Caddy started is unknown: the
+	// first emptying is confirmed as after an abnormal end, long ago.
+	g.abnormal.Store(1)
 	return g
 }
 
@@ -156,16 +155,16 @@ func (g *GPU) Apply(c *Config, log *zap.Logger) {
 
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if c.ComfyURL != g.watchURL {
+	if url := imageURL(c); url != g.watchURL {
 		if g.stopWatch != nil {
 			g.stopWatch()
 			g.stopWatch, g.watcher = nil, nil
 		}
-		g.watchURL = c.ComfyURL
-		if c.Comfy != nil {
+		g.watchURL = url
+		if c.Image != nil {
 			ctx, cancel := context.WithCancel(g.ctx)
 			g.stopWatch = cancel
-			g.watcher = c.Comfy.NewWatcher("gpu-turnstile-"+g.name+"-"+randomID(), c.BackoffInitial, c.BackoffMax, g.reportWatch)
+			g.watcher = c.Image.Watch("gpu-turnstile-"+g.name+"-"+randomID(), g.reportWatch)
 			go g.watcher.Run(ctx)
 			go g.watchForeignWork(ctx, g.watcher)
 		}
@@ -174,6 +173,13 @@ func (g *GPU) Apply(c *Config, log *zap.Logger) {
 		g.started = true
 		g.startUp(c)
 	}
+}
+
+func imageURL(c *Config) string {
+	if c.Image == nil {
+		return ""
+	}
+	return c.Image.URL()
 }
 
 // Transition implements lock.Effects. It runs under the lock's mutex.

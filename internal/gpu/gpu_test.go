@@ -83,13 +83,9 @@ func newFixture(t *testing.T, edit func(*Config)) *fixture {
 		t.Fatal(err)
 	}
 	f.clients.ollama, f.clients.comfy = oc, cc
-	f.cfg = &Config{
-		OllamaURL: f.ollama.URL, Ollama: oc, ComfyURL: f.comfy.URL, Comfy: cc,
-		UnloadTimeout: 5 * time.Second, JobTimeout: 10 * time.Second, FreeTimeout: 5 * time.Second,
-		InterruptGrace: 5 * time.Second, WarmTimeout: 5 * time.Second, UnloadPoll: 20 * time.Millisecond,
-		HistoryPoll: 20 * time.Millisecond, ProbeTimeout: 2 * time.Second,
-		BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
-	}
+	f.cfg = testConfig()
+	f.cfg.LLM = NewOllama(oc, 20*time.Millisecond)
+	f.cfg.Image = NewComfy(cc, testComfyOptions)
 	if edit != nil {
 		edit(f.cfg)
 	}
@@ -105,6 +101,18 @@ func newFixture(t *testing.T, edit func(*Config)) *fixture {
 	f.g.Apply(f.cfg, zap.NewNop())
 	f.waitState(t, "idle after the start-up probe", func(st Status) bool { return st.State == "idle" })
 	return f
+}
+
+var testComfyOptions = ComfyOptions{HistoryPoll: 20 * time.Millisecond, FreePoll: 20 * time.Millisecond,
+	BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond}
+
+// testConfig is a Config with short timeouts and no engines.
+func testConfig() *Config {
+	return &Config{
+		UnloadTimeout: 5 * time.Second, JobTimeout: 10 * time.Second, FreeTimeout: 5 * time.Second,
+		InterruptGrace: 5 * time.Second, WarmTimeout: 5 * time.Second, UnloadPoll: 20 * time.Millisecond,
+		ProbeTimeout: 2 * time.Second, BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+	}
 }
 
 // waitState polls the status until cond holds.
@@ -270,9 +278,9 @@ func TestStartUpProbeHoldsTheGPUForQueuedWork(t *testing.T) {
 	cc, _ := comfy.NewClient(srv.URL, nil)
 	g := New("probe", &recorder{})
 	defer g.Close()
-	g.Apply(&Config{ComfyURL: srv.URL, Comfy: cc, JobTimeout: 10 * time.Second, FreeTimeout: 5 * time.Second,
-		UnloadTimeout: time.Second, UnloadPoll: 20 * time.Millisecond, HistoryPoll: 20 * time.Millisecond,
-		ProbeTimeout: 2 * time.Second, BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond}, zap.NewNop())
+	c := testConfig()
+	c.Image = NewComfy(cc, testComfyOptions)
+	g.Apply(c, zap.NewNop())
 	if st := g.Status(); st.State != "image" || st.Job == nil {
 		t.Fatalf("status at start-up %+v, want image for the probe", st)
 	}

@@ -56,8 +56,8 @@ func (g *GPU) TakeHold(ctx context.Context, owner string, ttl time.Duration) (*H
 		return nil, err
 	}
 	c := g.cfg()
-	err := g.unloadOllama(c)
-	if err == nil && c.Comfy != nil {
+	err := g.emptyForExclusive(c)
+	if err == nil && c.Image != nil {
 		g.Free()
 		g.lock.Paid()
 	}

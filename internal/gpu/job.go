@@ -7,13 +7,13 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/comfy"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/jsonhttp"
 )
 
 // Job describes the image work holding the GPU.
 type Job struct {
 	PromptID string    `json:"prompt_id,omitempty"`
-	Source   string    `json:"source"` // "proxy" or "comfyui" (queued directly)
+	Source   string    `json:"source"` // "proxy", or the image engine's name (queued directly)
 	Phase    string    `json:"phase"`  // "unloading", "submitting", "running", "draining queue"
 	Started  time.Time `json:"started"`
 }
@@ -42,9 +42,9 @@ func (g *GPU) BeginImage(ctx context.Context) (*ImageJob, error) {
 // Prepare empties Ollama for the job. If that fails, the job has ended
 // ("refused"): the GPU is given back and the error says why.
 func (j *ImageJob) Prepare() error {
-	if err := j.g.unloadOllama(j.c); err != nil {
+	if err := j.g.emptyForExclusive(j.c); err != nil {
 		j.finish("", "refused", false)
-		j.g.log().Error("image job refused: ollama could not be emptied", zap.Error(err))
+		j.g.log().Error("image job refused: the GPU could not be emptied", zap.Error(err))
 		return err
 	}
 	return nil
@@ -74,22 +74,22 @@ func (j *ImageJob) holdForJob(id string) {
 	ctx, cancel := context.WithTimeout(g.ctx, c.JobTimeout-time.Since(j.started))
 	defer cancel()
 	w := g.currentWatcher()
-	outcome, err := c.Comfy.WaitJob(ctx, id, w, c.HistoryPoll)
-	if err == nil && outcome != comfy.Lost {
+	outcome, err := c.Image.WaitJob(ctx, id, w)
+	if err == nil && outcome != OutcomeLost {
 		g.setPhase("draining queue")
 		// Work queued directly on ComfyUI meanwhile would run on a GPU
 		// given to Ollama: wait for the whole queue.
-		err = c.Comfy.WaitIdle(ctx, w, c.HistoryPoll)
+		err = c.Image.WaitIdle(ctx, w)
 	}
-	result := string(outcome)
+	result := outcome
 	switch {
 	case err != nil && g.ctx.Err() != nil:
 		result = "shutdown"
 	case err != nil:
 		result = "timeout"
 		j.interrupt(id)
-	case outcome == comfy.Lost:
-		g.log().Warn("image job lost: in neither ComfyUI's queue nor its history (ComfyUI restarted?); releasing the GPU",
+	case outcome == OutcomeLost:
+		g.log().Warn("image job lost: the image engine no longer knows it (restarted?); releasing the GPU",
 			zap.String("prompt_id", id))
 	}
 	j.finish(id, result, true)
@@ -107,24 +107,24 @@ func (j *ImageJob) interrupt(id string) {
 	ctx, cancel := context.WithTimeout(g.ctx, c.InterruptGrace)
 	defer cancel()
 	start := time.Now()
-	if err := c.Comfy.Interrupt(ctx, id); err != nil && !comfy.Refused(err) {
+	if err := c.Image.Interrupt(ctx, id); err != nil && !jsonhttp.Refused(err) {
 		g.log().Warn("interrupt failed", zap.String("prompt_id", id), zap.Error(err))
 	}
 	w := g.currentWatcher()
-	outcome, err := c.Comfy.WaitJob(ctx, id, w, c.HistoryPoll)
+	outcome, err := c.Image.WaitJob(ctx, id, w)
 	if err == nil {
-		err = c.Comfy.WaitIdle(ctx, w, c.HistoryPoll)
+		err = c.Image.WaitIdle(ctx, w)
 	}
 	took := time.Since(start)
 	if err != nil {
 		if g.ctx.Err() == nil {
-			g.log().Error("interrupted image job did not stop within interrupt_grace; releasing the GPU after ComfyUI's free while it may still compute",
+			g.log().Error("interrupted image job did not stop within interrupt_grace; releasing the GPU after the engine's free while it may still compute",
 				zap.String("prompt_id", id), zap.Duration("interrupt_grace", c.InterruptGrace), zap.Error(err))
 		}
 		return
 	}
 	g.history.addEvent("interrupt", took, id)
-	g.log().Info("interrupted image job stopped", zap.String("prompt_id", id), zap.String("outcome", string(outcome)), zap.Duration("after", took))
+	g.log().Info("interrupted image job stopped", zap.String("prompt_id", id), zap.String("outcome", outcome), zap.Duration("after", took))
 }
 
 // finish records a job's end and gives the lock back. ran says whether

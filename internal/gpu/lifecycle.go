@@ -8,7 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/comfy"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/jsonhttp"
 )
 
 // AcquireShared waits, until ctx ends, for a shared place on the GPU for
@@ -24,7 +24,7 @@ func (g *GPU) AcquireShared(ctx context.Context) error {
 // acquireExclusive waits for the GPU for an image job or a hold. With
 // early_unload, Ollama is asked to unload while the LLM requests drain.
 func (g *GPU) acquireExclusive(ctx context.Context, kind lock.Kind) error {
-	if c := g.cfg(); c != nil && c.EarlyUnload && c.Ollama != nil && g.lock.State() == lock.LLM {
+	if c := g.cfg(); c != nil && c.EarlyUnload && c.LLM != nil && g.lock.State() == lock.LLM {
 		go g.unloadEarly(c)
 	}
 	start := time.Now()
@@ -42,19 +42,19 @@ func (g *GPU) acquireExclusive(ctx context.Context, kind lock.Kind) error {
 // confirmed, before the GPU leaves exclusive use.
 func (g *GPU) Free() {
 	c := g.cfg()
-	if c == nil || c.Comfy == nil || g.ctx.Err() != nil {
+	if c == nil || c.Image == nil || g.ctx.Err() != nil {
 		return // no ComfyUI, or Caddy is stopping and nobody will use the GPU after
 	}
 	ctx, cancel := context.WithTimeout(g.ctx, c.FreeTimeout)
 	defer cancel()
 	start := time.Now()
-	freed, err := c.Comfy.FreeAndConfirm(ctx, c.UnloadPoll)
-	if errors.Is(err, comfy.ErrNoGPUReading) {
+	confirmed, err := c.Image.Free(ctx)
+	if errors.Is(err, ErrNoGPUReading) {
 		g.reportNoGPUReading(err)
 		err = nil
 	}
-	if err == nil && freed == comfy.FreedUnverified {
-		g.log().Debug("comfyui free sent but not confirmed: its /system_stats does not show PyTorch's reserved memory falling")
+	if err == nil && !confirmed {
+		g.log().Debug(c.Image.Name() + " free sent but not confirmed: the engine cannot show its memory falling")
 	}
 	took := time.Since(start)
 	if err == nil {
@@ -65,16 +65,16 @@ func (g *GPU) Free() {
 	}
 	switch {
 	case err == nil:
-		g.comfyUp.set(nil)
+		g.imageUp.set(nil)
 		g.metrics.Step("free", took)
 		g.history.addEvent("free", took, "")
-		g.log().Info("comfyui freed", zap.Duration("duration", took))
-	case comfy.Refused(err):
-		g.comfyUp.set(err)
-		g.log().Warn("comfyui refuses connections: not running, so holding no GPU memory", zap.Error(err))
+		g.log().Info(c.Image.Name()+" freed", zap.Duration("duration", took))
+	case jsonhttp.Refused(err):
+		g.imageUp.set(err)
+		g.log().Warn(c.Image.Name()+" refuses connections: not running, so holding no GPU memory", zap.Error(err))
 	default:
-		g.metrics.UpstreamError("comfy", "free")
-		g.log().Error("comfyui free not confirmed within free_timeout; releasing the GPU anyway",
+		g.metrics.UpstreamError(c.Image.Kind(), "free")
+		g.log().Error(c.Image.Name()+" free not confirmed within free_timeout; releasing the GPU anyway",
 			zap.Duration("free_timeout", c.FreeTimeout), zap.Error(err))
 	}
 }
@@ -84,7 +84,7 @@ func (g *GPU) Free() {
 // cannot be confirmed.
 func (g *GPU) reportNoGPUReading(err error) {
 	if g.noGPUReading.CompareAndSwap(false, true) {
-		g.log().Warn("comfyui reports no GPU memory: its frees are not confirmed, and min_free_vram is not checked through it (use vram_probe nvidia-smi)",
+		g.log().Warn("the image engine reports no GPU memory: its frees are not confirmed, and min_free_vram is not checked through it (use vram_probe nvidia-smi)",
 			zap.Error(err))
 	}
 }
@@ -104,7 +104,7 @@ func (g *GPU) releaseExclusive(jobRan, rewarm bool) {
 // already queued, there is no point: nothing is warmed.
 func (g *GPU) warm() {
 	c := g.cfg()
-	if c == nil || c.WarmModel == "" || c.Ollama == nil || !g.lock.TryAcquireShared() {
+	if c == nil || c.WarmModel == "" || c.LLM == nil || !g.lock.TryAcquireShared() {
 		return
 	}
 	g.warming.Store(true)
@@ -118,12 +118,12 @@ func (g *GPU) warmUp(c *Config) {
 	ctx, cancel := context.WithTimeout(g.ctx, c.WarmTimeout)
 	defer cancel()
 	start := time.Now()
-	err := c.Ollama.Warm(ctx, c.WarmModel, "")
+	err := c.LLM.Warm(ctx, c.WarmModel)
 	took := time.Since(start)
-	g.ollamaUp.set(err)
+	g.llmUp.set(err)
 	if err != nil {
 		g.markAbnormal() // a warm-up cut short leaves its runner behind a while
-		g.metrics.UpstreamError("ollama", "warm")
+		g.metrics.UpstreamError(c.LLM.Kind(), "warm")
 		g.log().Warn("warm-up failed", zap.String("model", c.WarmModel), zap.Duration("duration", took), zap.Error(err))
 		return
 	}

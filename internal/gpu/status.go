@@ -101,21 +101,21 @@ func (g *GPU) Status() Status {
 }
 
 func (g *GPU) upstreams(c *Config, into map[string]UpstreamStatus) {
-	if c.OllamaURL != "" {
-		into["ollama"] = UpstreamStatus{URL: RedactURL(c.OllamaURL), Reachable: g.ollamaUp.get()}
+	if e := c.LLM; e != nil {
+		into[e.Kind()] = UpstreamStatus{URL: RedactURL(e.URL()), Reachable: g.llmUp.get()}
 	}
-	if c.ComfyURL != "" {
+	if e := c.Image; e != nil {
 		ws := g.wsUp.Load()
-		reach := g.comfyUp.get()
+		reach := g.imageUp.get()
 		if ws {
 			t := true
 			reach = &t
 		}
-		us := UpstreamStatus{URL: RedactURL(c.ComfyURL), Reachable: reach, Websocket: &ws}
+		us := UpstreamStatus{URL: RedactURL(e.URL()), Reachable: reach, Websocket: &ws}
 		if g.noGPUReading.Load() {
 			us.GPUReading = new(bool)
 		}
-		into["comfy"] = us
+		into[e.Kind()] = us
 	}
 }
 

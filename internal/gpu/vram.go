@@ -12,46 +12,12 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/poll"
-
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/comfy"
 )
 
 // VRAMProbe reads how much memory the card has free, across processes.
 type VRAMProbe interface {
 	FreeVRAM(ctx context.Context) (int64, error)
 	String() string
-}
-
-// ComfyProbe reads the card's free memory from ComfyUI's /system_stats:
-// what CUDA reports for the whole card, so Ollama's memory shows in it
-// too, less what PyTorch keeps reserved inside ComfyUI.
-type ComfyProbe struct {
-	Client *comfy.Client
-	Index  int // the CUDA index of the GPU (gpu_index)
-}
-
-func (p ComfyProbe) String() string { return "comfyui /system_stats" }
-
-// FreeVRAM implements VRAMProbe.
-func (p ComfyProbe) FreeVRAM(ctx context.Context) (int64, error) {
-	devs, err := p.Client.SystemStats(ctx)
-	if err != nil {
-		return 0, err
-	}
-	gpu := false
-	for _, d := range devs {
-		if !d.GPU() {
-			continue
-		}
-		gpu = true
-		if d.Index != nil && *d.Index == p.Index {
-			return d.CardFree(), nil
-		}
-	}
-	if !gpu {
-		return 0, comfy.ErrNoGPUReading
-	}
-	return 0, fmt.Errorf("comfyui reports no GPU with index %d", p.Index)
 }
 
 // SMIProbe runs nvidia-smi; the process is killed at the context's end, so
@@ -98,7 +64,7 @@ func (g *GPU) waitVRAM(c *Config, limit time.Duration, before string) error {
 		f, err := c.Probe.FreeVRAM(pctx)
 		pcancel()
 		switch {
-		case errors.Is(err, comfy.ErrNoGPUReading):
+		case errors.Is(err, ErrNoGPUReading):
 			g.reportNoGPUReading(err)
 			return nil // no reading will come: waiting out the limit would only fail the job
 		case err == nil && f >= c.MinFreeVRAM:
