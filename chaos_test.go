@@ -235,7 +235,7 @@ func chaosRequest(t *testing.T, h *harness, rng *rand.Rand, st *chaosStats, hung
 // the long-lived watches of ComfyUI's websocket may remain.
 func checkNoWorkLeft(t *testing.T) {
 	t.Helper()
-	busy := []string{"(*Handler).serve", "holdForJob", "runForeign", "reconcileAtStart", "(*GPU).warm", "lock.(*Lock).Acquire", "TakeHold"}
+	busy := []string{"(*Handler).serve", "holdForJob", "runDirect", "reconcileAtStart", "(*GPU).warm", "lock.(*Lock).Acquire", "TakeHold"}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		buf := make([]byte, 1<<22)

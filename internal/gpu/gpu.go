@@ -76,21 +76,16 @@ type GPU struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu        sync.Mutex
+	mu        sync.Mutex // guards what follows, up to abnormal
 	started   bool
 	watchURL  string
 	watcher   Watch // the image engine's, nil without one
 	stopWatch context.CancelFunc
-	job       *Job
-	holds     map[string]*Hold
+	act       activity // what holds or waits for the GPU (activity.go)
 
-	waiting waitTracker // when each waiting request started waiting
-	foreign atomic.Bool // a watch over work queued directly on ComfyUI runs
-	probing atomic.Bool // the start-up probe holds the lock
 	// abnormal is when LLM use last ended abnormally (UnixNano; 0: not
 	// since Ollama was last confirmed empty). See emptyOllama.
 	abnormal atomic.Int64
-	warming  atomic.Bool // a warm-up holds a shared place
 	llmUp,
 	imageUp reachability
 	wsUp atomic.Bool
@@ -114,7 +109,7 @@ func New(name string, m Metrics) *GPU {
 		history: newHistory(historySize),
 		ctx:     ctx,
 		cancel:  cancel,
-		holds:   map[string]*Hold{},
+		act:     activity{holds: map[string]*Hold{}},
 		since:   time.Now(),
 	}
 	g.logp.Store(zap.NewNop())

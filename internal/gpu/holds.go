@@ -21,6 +21,7 @@ type Hold struct {
 	TTL   time.Duration // the lease a renewal without a ttl gets
 
 	g       *GPU
+	use     *use // the GPU, from the moment it is held
 	mu      sync.Mutex
 	expires time.Time
 	timer   *time.Timer
@@ -55,29 +56,39 @@ func (g *GPU) TakeHold(ctx context.Context, owner string, ttl time.Duration) (*H
 		g.metrics.HoldEvent("cancelled")
 		return nil, err
 	}
-	c := g.cfg()
-	err := g.emptyForExclusive(c)
-	if err == nil && c.Image != nil {
-		g.Free()
-		g.lock.Paid()
-	}
-	if err == nil && ctx.Err() != nil {
-		err = ctx.Err()
-	}
-	if err != nil {
-		g.releaseExclusive(false, false)
+	u := &use{g: g, c: g.cfg()}
+	if err := g.prepareHold(ctx, u); err != nil {
+		u.end()
 		g.metrics.HoldEvent("failed")
 		return nil, fmt.Errorf("%w: %v", ErrHoldPrepare, err)
 	}
-	h := &Hold{ID: randomID(), Owner: owner, Since: time.Now(), TTL: ttl, g: g}
+	h := &Hold{ID: randomID(), Owner: owner, Since: time.Now(), TTL: ttl, g: g, use: u}
 	g.mu.Lock()
-	g.holds[h.ID] = h
+	g.act.holds[h.ID] = h
 	g.mu.Unlock()
 	h.Renew(ttl)
 	g.metrics.HoldEvent("granted")
 	g.log().Info("GPU held", zap.String("hold", h.ID), zap.String("owner", owner),
 		zap.Duration("ttl", ttl), zap.Duration("waited", time.Since(start)))
 	return h, nil
+}
+
+// prepareHold empties both engines for the hold that u is: the LLM
+// engine, and the image engine through a free it pays at once. Once that
+// succeeds, the warm model is loaded again after the hold.
+func (g *GPU) prepareHold(ctx context.Context, u *use) error {
+	if err := g.emptyForExclusive(u.c); err != nil {
+		return err
+	}
+	if u.c.Image != nil {
+		g.Free()
+		g.lock.Paid()
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	u.warmAfter = true
+	return nil
 }
 
 // Renew extends the lease to ttl from now; false if the hold has ended.
@@ -110,12 +121,12 @@ func (h *Hold) End(reason string) bool {
 	h.mu.Unlock()
 	g := h.g
 	g.mu.Lock()
-	delete(g.holds, h.ID)
+	delete(g.act.holds, h.ID)
 	g.mu.Unlock()
 	g.metrics.HoldEvent(reason)
 	g.log().Info("GPU hold ended", zap.String("hold", h.ID), zap.String("owner", h.Owner),
 		zap.String("reason", reason), zap.Duration("held", time.Since(h.Since)))
-	g.releaseExclusive(false, true)
+	h.use.end()
 	return true
 }
 
@@ -123,14 +134,14 @@ func (h *Hold) End(reason string) bool {
 func (g *GPU) FindHold(id string) *Hold {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.holds[id]
+	return g.act.holds[id]
 }
 
 // endHolds ends every hold; Caddy is stopping.
 func (g *GPU) endHolds() {
 	g.mu.Lock()
-	hs := make([]*Hold, 0, len(g.holds))
-	for _, h := range g.holds {
+	hs := make([]*Hold, 0, len(g.act.holds))
+	for _, h := range g.act.holds {
 		hs = append(hs, h)
 	}
 	g.mu.Unlock()

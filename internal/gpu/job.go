@@ -23,8 +23,7 @@ type Job struct {
 // no job was queued, or by itself after Submitted once the job it queued
 // has ended. Either way the GPU is given back exactly once.
 type ImageJob struct {
-	g       *GPU
-	c       *Config
+	use
 	started time.Time
 	source  string
 }
@@ -34,33 +33,35 @@ func (g *GPU) BeginImage(ctx context.Context) (*ImageJob, error) {
 	if err := g.acquireExclusive(ctx, lock.Image); err != nil {
 		return nil, err
 	}
-	j := &ImageJob{g: g, c: g.cfg(), started: time.Now(), source: "proxy"}
+	j := &ImageJob{use: use{g: g, c: g.cfg()}, started: time.Now(), source: "proxy"}
 	g.setJob(&Job{Source: j.source, Phase: "unloading", Started: j.started})
 	return j, nil
 }
 
-// Prepare empties Ollama for the job. If that fails, the job has ended
-// ("refused"): the GPU is given back and the error says why.
+// Prepare empties the LLM engine for the job. If that fails, the job has
+// ended ("refused"): the GPU is given back and the error says why.
 func (j *ImageJob) Prepare() error {
 	if err := j.g.emptyForExclusive(j.c); err != nil {
-		j.finish("", "refused", false)
+		j.finish("", "refused")
 		j.g.log().Error("image job refused: the GPU could not be emptied", zap.Error(err))
 		return err
 	}
+	j.warmAfter = true
 	return nil
 }
 
 // Submitting marks the prompt as being forwarded to ComfyUI.
 func (j *ImageJob) Submitting() { j.g.setPhase("submitting") }
 
-// End ends a job that queued nothing on ComfyUI: outcome says why
-// ("cancelled", "rejected", "failed"). Ollama was emptied for it, so the
-// warm model is loaded again if the GPU goes back to LLM use.
-func (j *ImageJob) End(outcome string) { j.finish("", outcome, false) }
+// End ends a job that queued nothing on the image engine: outcome says
+// why ("cancelled", "rejected", "failed").
+func (j *ImageJob) End(outcome string) { j.finish("", outcome) }
 
-// Submitted says ComfyUI queued the job as id: the GPU stays the job's
-// until it has ended and ComfyUI's queue is empty, bounded by job_timeout.
+// Submitted says the image engine queued the job as id: the GPU stays the
+// job's until it has ended and the engine's queue is empty, bounded by
+// job_timeout.
 func (j *ImageJob) Submitted(id string) {
+	j.owesFree = true
 	j.g.setPromptID(id)
 	j.g.log().Info("image job queued; holding the GPU until it ends", zap.String("prompt_id", id))
 	go j.holdForJob(id)
@@ -92,7 +93,7 @@ func (j *ImageJob) holdForJob(id string) {
 		g.log().Warn("image job lost: the image engine no longer knows it (restarted?); releasing the GPU",
 			zap.String("prompt_id", id))
 	}
-	j.finish(id, result, true)
+	j.finish(id, result)
 }
 
 // interrupt stops a job that has outlived job_timeout and waits, up to
@@ -127,26 +128,16 @@ func (j *ImageJob) interrupt(id string) {
 	g.log().Info("interrupted image job stopped", zap.String("prompt_id", id), zap.String("outcome", outcome), zap.Duration("after", took))
 }
 
-// finish records a job's end and gives the lock back. ran says whether
-// ComfyUI ran (or may have run) a job that left models behind.
-func (j *ImageJob) finish(id, outcome string, ran bool) {
+// finish records a job's end and gives the GPU back. A job that ran (or
+// may have run) counts in the metrics and the history.
+func (j *ImageJob) finish(id, outcome string) {
 	g := j.g
 	took := time.Since(j.started)
-	if ran {
+	if j.owesFree {
 		g.metrics.JobEnded(outcome, took)
 		g.history.addJob(JobEntry{PromptID: id, Source: j.source, Started: j.started, Seconds: took.Seconds(), Outcome: outcome})
 		g.log().Info("image job ended", zap.String("prompt_id", id), zap.String("outcome", outcome), zap.Duration("duration", took))
 	}
 	g.setJob(nil)
-	// Ollama was emptied for this request (unless that failed): load the
-	// warm model again, as after any job.
-	g.releaseExclusive(ran, outcome != "refused")
-}
-
-// ImageJobRunning reports whether an image job holds the GPU now.
-func (g *GPU) ImageJobRunning() bool {
-	g.mu.Lock()
-	running := g.job != nil
-	g.mu.Unlock()
-	return running && g.lock.State() == lock.Image
+	j.end()
 }

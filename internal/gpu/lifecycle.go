@@ -15,9 +15,9 @@ import (
 // an LLM request that could not have one at once; the wait shows in the
 // status. The caller releases it with Lock().ReleaseShared.
 func (g *GPU) AcquireShared(ctx context.Context) error {
-	id := g.waiting.add(time.Now())
+	done := g.wait(lock.LLM, time.Now())
 	err := g.lock.AcquireShared(ctx)
-	g.waiting.done(id)
+	done()
 	return err
 }
 
@@ -28,9 +28,9 @@ func (g *GPU) acquireExclusive(ctx context.Context, kind lock.Kind) error {
 		go g.unloadEarly(c)
 	}
 	start := time.Now()
-	id := g.waiting.add(start)
+	done := g.wait(kind, start)
 	err := g.lock.AcquireExclusive(ctx, kind)
-	g.waiting.done(id)
+	done()
 	if err != nil {
 		return err
 	}
@@ -89,15 +89,6 @@ func (g *GPU) reportNoGPUReading(err error) {
 	}
 }
 
-// releaseExclusive gives the lock back after exclusive use. If it is not
-// handed to another exclusive waiter and rewarm is set (Ollama was
-// emptied for this use), the warm model is loaded again.
-func (g *GPU) releaseExclusive(jobRan, rewarm bool) {
-	if !g.lock.ReleaseExclusive(jobRan) && rewarm {
-		g.warm()
-	}
-}
-
 // warm loads warm_model in the background as a shared holder of the lock,
 // so an image job that arrives meanwhile waits for it to finish instead of
 // unloading a model that is still loading. If an exclusive waiter is
@@ -107,14 +98,14 @@ func (g *GPU) warm() {
 	if c == nil || c.WarmModel == "" || c.LLM == nil || !g.lock.TryAcquireShared() {
 		return
 	}
-	g.warming.Store(true)
+	g.setWarming(true)
 	go g.warmUp(c)
 }
 
 // warmUp runs the warm-up warm started, holding a shared place.
 func (g *GPU) warmUp(c *Config) {
 	defer g.lock.ReleaseShared()
-	defer g.warming.Store(false)
+	defer g.setWarming(false)
 	ctx, cancel := context.WithTimeout(g.ctx, c.WarmTimeout)
 	defer cancel()
 	start := time.Now()
@@ -130,30 +121,4 @@ func (g *GPU) warmUp(c *Config) {
 	g.metrics.Step("warm", took)
 	g.history.addEvent("warm", took, c.WarmModel)
 	g.log().Info("model warmed", zap.String("model", c.WarmModel), zap.Duration("duration", took))
-}
-
-func (g *GPU) setJob(j *Job) {
-	g.mu.Lock()
-	g.job = j
-	g.mu.Unlock()
-}
-
-func (g *GPU) setPhase(phase string) {
-	g.mu.Lock()
-	if g.job != nil {
-		j := *g.job
-		j.Phase = phase
-		g.job = &j
-	}
-	g.mu.Unlock()
-}
-
-func (g *GPU) setPromptID(id string) {
-	g.mu.Lock()
-	if g.job != nil {
-		j := *g.job
-		j.PromptID, j.Phase = id, "running"
-		g.job = &j
-	}
-	g.mu.Unlock()
 }

@@ -11,24 +11,21 @@ import (
 )
 
 // startUp probes the upstreams once, when the first config starts. Until
-// ComfyUI's queue is known to be empty, the GPU is treated as ComfyUI's: a
-// job may have been queued before Caddy started. It runs under g.mu.
+// the image engine's queue is known to be empty, the GPU is treated as the
+// engine's: a job may have been queued before Caddy started. It runs under
+// g.mu.
 func (g *GPU) startUp(c *Config) {
 	if c.LLM != nil {
 		go g.probeLLM(c)
 	}
 	if c.Image != nil {
 		if err := g.lock.AcquireExclusive(g.ctx, lock.Image); err == nil {
-			g.probing.Store(true)
-			g.job = &Job{Source: c.Image.Name(), Phase: "start-up probe", Started: time.Now()}
-			go g.reconcileAtStart(c)
+			g.act.probing = true
+			g.act.job = &Job{Source: c.Image.Name(), Phase: "start-up probe", Started: time.Now()}
+			go g.reconcileAtStart(&use{g: g, c: c})
 		}
 	}
 }
-
-// Probing reports whether the start-up probe holds the GPU: ComfyUI is
-// being asked whether work was queued before Caddy started.
-func (g *GPU) Probing() bool { return g.probing.Load() }
 
 func (g *GPU) currentWatcher() Watch {
 	g.mu.Lock()
@@ -50,12 +47,14 @@ func (g *GPU) reportWatch(connected bool, err error) {
 // asks ComfyUI whether work is queued, and keeps the GPU for it until it
 // ends. If ComfyUI cannot be asked within probe_timeout, the GPU is
 // released and the websocket watch takes over.
-func (g *GPU) reconcileAtStart(c *Config) {
+func (g *GPU) reconcileAtStart(u *use) {
+	c := u.c
 	ctx, cancel := context.WithTimeout(g.ctx, c.ProbeTimeout)
 	running, pending, err := g.probeQueue(ctx, c)
 	cancel()
-	g.probing.Store(false)
-	jobRan := false
+	g.mu.Lock()
+	g.act.probing = false
+	g.mu.Unlock()
 	switch {
 	case err != nil && !jsonhttp.Refused(err):
 		g.log().Warn(c.Image.Name()+" queue unknown at start-up; GPU released, the websocket watch takes over",
@@ -63,11 +62,10 @@ func (g *GPU) reconcileAtStart(c *Config) {
 	case running+pending > 0:
 		g.log().Info(c.Image.Name()+" has queued work at start-up; holding the GPU for it",
 			zap.Int("running", running), zap.Int("pending", pending))
-		g.drainForeign(c)
-		jobRan = true
+		g.drainDirect(u)
 	}
 	g.setJob(nil)
-	g.releaseExclusive(jobRan, jobRan)
+	u.end()
 }
 
 // probeLLM reports at start-up whether the LLM engine answers.
@@ -111,8 +109,8 @@ func (g *GPU) probeQueue(ctx context.Context, c *Config) (running, pending int, 
 func (g *GPU) watchForeignWork(ctx context.Context, w Watch) {
 	for {
 		changed := w.Changed()
-		if n, known := w.QueueRemaining(); known && n > 0 && !g.jobActive() && g.foreign.CompareAndSwap(false, true) {
-			go g.runForeign()
+		if n, known := w.QueueRemaining(); known && n > 0 && g.takeDirect() {
+			go g.runDirect()
 		}
 		select {
 		case <-ctx.Done():
@@ -122,28 +120,29 @@ func (g *GPU) watchForeignWork(ctx context.Context, w Watch) {
 	}
 }
 
-func (g *GPU) jobActive() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.job != nil
-}
-
-func (g *GPU) runForeign() {
-	defer g.foreign.Store(false)
+// runDirect takes the GPU for work queued directly on the image engine
+// and keeps it until the engine's queue is empty.
+func (g *GPU) runDirect() {
+	defer g.endDirect()
 	c := g.cfg()
 	g.log().Info(c.Image.Name() + " has work that did not come through the turnstile; taking the GPU for it")
 	if err := g.acquireExclusive(g.ctx, lock.Image); err != nil {
 		return
 	}
+	u := &use{g: g, c: c}
 	g.setJob(&Job{Source: c.Image.Name(), Phase: "unloading", Started: time.Now()})
-	g.drainForeign(c)
+	g.drainDirect(u)
 	g.setJob(nil)
-	g.releaseExclusive(true, true)
+	u.end()
 }
 
-// drainForeign empties Ollama and waits until ComfyUI's queue is empty;
-// the caller holds the lock exclusively.
-func (g *GPU) drainForeign(c *Config) {
+// drainDirect empties the LLM engine and waits until the image engine's
+// queue is empty; u holds the GPU. The work ran, so the engine owes a free;
+// the warm model is loaded again after, whether the emptying succeeded or
+// not.
+func (g *GPU) drainDirect(u *use) {
+	c := u.c
+	u.owesFree, u.warmAfter = true, true
 	if err := g.emptyForExclusive(c); err != nil {
 		g.log().Error("GPU not emptied while "+c.Image.Name()+" runs work queued directly", zap.Error(err))
 	}

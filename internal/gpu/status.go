@@ -65,17 +65,10 @@ func (g *GPU) Status() Status {
 		LLMWaiting:   snap.SharedWaiting,
 		ImageWaiting: snap.ImageWaiting,
 		HoldWaiting:  snap.HoldWaiting,
-		Warming:      g.warming.Load(),
 		Freeing:      snap.Freeing,
 		FreeOwed:     snap.OwesFree,
 		Holds:        []HoldStatus{},
 		Upstreams:    map[string]UpstreamStatus{},
-	}
-	if oldest := g.waiting.oldest(); !oldest.IsZero() {
-		st.OldestWaitSeconds = now.Sub(oldest).Seconds()
-	}
-	if st.Warming && st.LLMInflight > 0 {
-		st.LLMInflight--
 	}
 	g.trMu.Lock()
 	st.Since = g.since
@@ -85,13 +78,21 @@ func (g *GPU) Status() Status {
 	}
 	g.trMu.Unlock()
 	g.mu.Lock()
-	if g.job != nil && snap.State == lock.Image {
-		st.Job = &JobStatus{Job: *g.job, AgeSeconds: now.Sub(g.job.Started).Seconds()}
+	a := &g.act
+	st.Warming = a.warming
+	if oldest := a.oldestWait(); !oldest.IsZero() {
+		st.OldestWaitSeconds = now.Sub(oldest).Seconds()
 	}
-	for _, h := range g.holds {
+	if a.job != nil && snap.State == lock.Image {
+		st.Job = &JobStatus{Job: *a.job, AgeSeconds: now.Sub(a.job.Started).Seconds()}
+	}
+	for _, h := range a.holds {
 		st.Holds = append(st.Holds, h.Status())
 	}
 	g.mu.Unlock()
+	if st.Warming && st.LLMInflight > 0 {
+		st.LLMInflight--
+	}
 	sort.Slice(st.Holds, func(i, j int) bool { return st.Holds[i].Since.Before(st.Holds[j].Since) })
 	st.ImagePending = snap.ImageWaiting > 0 || (snap.State == lock.Image)
 	if c := g.cfg(); c != nil {
@@ -136,11 +137,11 @@ func (g *GPU) EstimateWait(def time.Duration) time.Duration {
 	var wait time.Duration
 	now := time.Now()
 	g.mu.Lock()
-	if g.job != nil {
-		wait += max(typical-now.Sub(g.job.Started), time.Second)
+	if g.act.job != nil {
+		wait += max(typical-now.Sub(g.act.job.Started), time.Second)
 	}
-	holds := make([]*Hold, 0, len(g.holds))
-	for _, h := range g.holds {
+	holds := make([]*Hold, 0, len(g.act.holds))
+	for _, h := range g.act.holds {
 		holds = append(holds, h)
 	}
 	g.mu.Unlock()
