@@ -41,7 +41,8 @@ func newTurnstile(name string) *turnstile {
 
 // Destruct implements caddy.Destructor: the last config using this
 // turnstile is gone (Caddy stops). Job watches and holds end, which
-// releases the lock.
+// releases the lock, and it returns once every goroutine the turnstile
+// started has returned.
 func (ts *turnstile) Destruct() error {
 	ts.Close()
 	return nil

@@ -76,6 +76,12 @@ type GPU struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
+	// Every goroutine the GPU starts is counted in running (see spawn), and
+	// Close waits for them all.
+	goMu    sync.Mutex
+	closed  bool
+	running sync.WaitGroup
+
 	mu        sync.Mutex // guards what follows, up to abnormal
 	started   bool
 	watchURL  string
@@ -127,7 +133,8 @@ func (g *GPU) Lock() *lock.Lock { return g.lock }
 func (g *GPU) Name() string { return g.name }
 
 // Close ends job watches, holds and background work, which releases the
-// lock. The GPU is not used after.
+// lock, and returns once every goroutine the GPU started has returned.
+// The GPU is not used after.
 func (g *GPU) Close() {
 	g.endHolds()
 	g.mu.Lock()
@@ -136,6 +143,28 @@ func (g *GPU) Close() {
 	}
 	g.mu.Unlock()
 	g.cancel()
+	g.goMu.Lock()
+	g.closed = true
+	g.goMu.Unlock()
+	g.running.Wait()
+}
+
+// spawn runs f in a goroutine that Close waits for. Once Close has begun,
+// f runs at once in the caller instead: with ctx done it returns quickly,
+// and Close never waits for a goroutine it could not have seen start.
+func (g *GPU) spawn(f func()) {
+	g.goMu.Lock()
+	if g.closed {
+		g.goMu.Unlock()
+		f()
+		return
+	}
+	g.running.Add(1)
+	g.goMu.Unlock()
+	go func() {
+		defer g.running.Done()
+		f()
+	}()
 }
 
 func (g *GPU) cfg() *Config     { return g.cfgp.Load() }
@@ -160,8 +189,9 @@ func (g *GPU) Apply(c *Config, log *zap.Logger) {
 			ctx, cancel := context.WithCancel(g.ctx)
 			g.stopWatch = cancel
 			g.watcher = c.Image.Watch("gpu-turnstile-"+g.name+"-"+randomID(), g.reportWatch)
-			go g.watcher.Run(ctx)
-			go g.watchForeignWork(ctx, g.watcher)
+			w := g.watcher
+			g.spawn(func() { w.Run(ctx) })
+			g.spawn(func() { g.watchForeignWork(ctx, w) })
 		}
 	}
 	if !g.started {

@@ -102,7 +102,7 @@ func (h *Hold) Renew(ttl time.Duration) bool {
 	if h.timer != nil {
 		h.timer.Stop()
 	}
-	h.timer = time.AfterFunc(ttl, func() { h.End("expired") })
+	h.timer = time.AfterFunc(ttl, func() { h.g.spawn(func() { h.End("expired") }) })
 	return true
 }
 

@@ -64,7 +64,7 @@ func (j *ImageJob) Submitted(id string) {
 	j.owesFree = true
 	j.g.setPromptID(id)
 	j.g.log().Info("image job queued; holding the GPU until it ends", zap.String("prompt_id", id))
-	go j.holdForJob(id)
+	j.g.spawn(func() { j.holdForJob(id) })
 }
 
 // holdForJob keeps the GPU until the job has ended and ComfyUI's queue is

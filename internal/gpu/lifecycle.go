@@ -25,7 +25,7 @@ func (g *GPU) AcquireShared(ctx context.Context) error {
 // early_unload, Ollama is asked to unload while the LLM requests drain.
 func (g *GPU) acquireExclusive(ctx context.Context, kind lock.Kind) error {
 	if c := g.cfg(); c != nil && c.EarlyUnload && c.LLM != nil && g.lock.State() == lock.LLM {
-		go g.unloadEarly(c)
+		g.spawn(func() { g.unloadEarly(c) })
 	}
 	start := time.Now()
 	done := g.wait(kind, start)
@@ -99,7 +99,7 @@ func (g *GPU) warm() {
 		return
 	}
 	g.setWarming(true)
-	go g.warmUp(c)
+	g.spawn(func() { g.warmUp(c) })
 }
 
 // warmUp runs the warm-up warm started, holding a shared place.

@@ -16,13 +16,14 @@ import (
 // g.mu.
 func (g *GPU) startUp(c *Config) {
 	if c.LLM != nil {
-		go g.probeLLM(c)
+		g.spawn(func() { g.probeLLM(c) })
 	}
 	if c.Image != nil {
 		if err := g.lock.AcquireExclusive(g.ctx, lock.Image); err == nil {
 			g.act.probing = true
 			g.act.job = &Job{Source: c.Image.Name(), Phase: "start-up probe", Started: time.Now()}
-			go g.reconcileAtStart(&use{g: g, c: c})
+			u := &use{g: g, c: c}
+			g.spawn(func() { g.reconcileAtStart(u) })
 		}
 	}
 }
@@ -110,7 +111,7 @@ func (g *GPU) watchForeignWork(ctx context.Context, w Watch) {
 	for {
 		changed := w.Changed()
 		if n, known := w.QueueRemaining(); known && n > 0 && g.takeDirect() {
-			go g.runDirect()
+			g.spawn(g.runDirect)
 		}
 		select {
 		case <-ctx.Done():
