@@ -6,8 +6,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/jsonhttp"
 )
 
 // Job describes the image work holding the GPU.

@@ -7,9 +7,9 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/jsonhttp"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/ollama"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/poll"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/poll"
 )
 
 // abortSettle is how long after LLM use that ended abnormally (a client

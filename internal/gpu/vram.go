@@ -11,7 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/poll"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/poll"
 )
 
 // VRAMProbe reads how much memory the card has free, across processes.
