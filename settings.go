@@ -176,38 +176,65 @@ type config struct {
 }
 
 // validate checks the settings and returns them with defaults filled in.
-// Errors name the option as it is spelled in the Caddyfile.
+// Errors name the option as it is spelled in the Caddyfile; the first
+// invalid option in the order below is reported.
 func (s Settings) validate() (*config, error) {
 	c := &config{Settings: s}
 	c.gpu = gpu.Config{WarmModel: s.WarmModel, EarlyUnload: s.EarlyUnload, MaxImageStreak: s.MaxImageStreak, MinFreeVRAM: s.MinFreeVRAM}
+	for _, check := range []func(Settings, *config) error{
+		validateUpstreams, validateBusy, validateDurations, validateLimits, validateVRAM,
+	} {
+		if err := check(s, c); err != nil {
+			return nil, err
+		}
+	}
+	if s.WarmModel != "" && c.ollama == nil {
+		return nil, fmt.Errorf("warm_model: %q needs ollama to be set", s.WarmModel)
+	}
+	c.engines()
+	return c, nil
+}
+
+// validateUpstreams builds the clients of the upstreams that are set.
+func validateUpstreams(s Settings, c *config) error {
 	if s.Ollama == "" && s.Comfy == "" {
-		return nil, fmt.Errorf("at least one of ollama and comfy must be set")
+		return fmt.Errorf("at least one of ollama and comfy must be set")
 	}
 	var err error
 	if s.Ollama != "" {
 		if c.ollama, err = ollama.NewClient(s.Ollama, nil); err != nil {
-			return nil, fmt.Errorf("ollama: %v", err)
+			return fmt.Errorf("ollama: %v", err)
 		}
 	}
 	if s.Comfy != "" {
 		if c.comfy, err = comfy.NewClient(s.Comfy, nil); err != nil {
-			return nil, fmt.Errorf("comfy: %v", err)
+			return fmt.Errorf("comfy: %v", err)
 		}
 	}
+	return nil
+}
+
+// validateBusy checks what a blocked LLM request is answered.
+func validateBusy(s Settings, c *config) error {
 	switch s.LLMBusyMode {
 	case "", "wait":
 	case "reject":
 		c.reject = true
 	default:
-		return nil, fmt.Errorf("llm_busy_mode: %q is neither wait nor reject", s.LLMBusyMode)
+		return fmt.Errorf("llm_busy_mode: %q is neither wait nor reject", s.LLMBusyMode)
 	}
 	c.busyStatus = s.LLMBusyStatus
 	if c.busyStatus == 0 {
 		c.busyStatus = defaultBusyStatus
 	}
 	if c.busyStatus < 400 || c.busyStatus > 599 {
-		return nil, fmt.Errorf("llm_busy_status: %d is outside 400-599", c.busyStatus)
+		return fmt.Errorf("llm_busy_status: %d is outside 400-599", c.busyStatus)
 	}
+	return nil
+}
+
+// validateDurations fills in every duration, its default if unset.
+func validateDurations(s Settings, c *config) error {
 	durations := []struct {
 		name string
 		val  caddy.Duration
@@ -230,7 +257,7 @@ func (s Settings) validate() (*config, error) {
 	for _, d := range durations {
 		switch {
 		case d.val < 0:
-			return nil, fmt.Errorf("%s: %v is negative", d.name, time.Duration(d.val))
+			return fmt.Errorf("%s: %v is negative", d.name, time.Duration(d.val))
 		case d.val == 0:
 			*d.dst = d.def
 		default:
@@ -238,35 +265,45 @@ func (s Settings) validate() (*config, error) {
 		}
 	}
 	if c.gpu.BackoffMax < c.gpu.BackoffInitial {
-		return nil, fmt.Errorf("backoff: max %v is less than initial %v", c.gpu.BackoffMax, c.gpu.BackoffInitial)
+		return fmt.Errorf("backoff: max %v is less than initial %v", c.gpu.BackoffMax, c.gpu.BackoffInitial)
 	}
+	return nil
+}
+
+// validateLimits checks the sizes and counts.
+func validateLimits(s Settings, c *config) error {
 	switch {
 	case s.PromptCaptureLimit < 0:
-		return nil, fmt.Errorf("prompt_capture_limit: %d is negative", s.PromptCaptureLimit)
+		return fmt.Errorf("prompt_capture_limit: %d is negative", s.PromptCaptureLimit)
 	case s.PromptCaptureLimit == 0:
 		c.captureLimit = defaultPromptCaptureLimit
 	case s.PromptCaptureLimit < 64:
-		return nil, fmt.Errorf("prompt_capture_limit: %d bytes cannot hold a prompt_id (at least 64)", s.PromptCaptureLimit)
+		return fmt.Errorf("prompt_capture_limit: %d bytes cannot hold a prompt_id (at least 64)", s.PromptCaptureLimit)
 	default:
 		c.captureLimit = s.PromptCaptureLimit
 	}
 	if err := validateBudget(s, c); err != nil {
-		return nil, err
+		return err
 	}
 	if s.MaxImageStreak < 0 {
-		return nil, fmt.Errorf("max_image_streak: %d is negative", s.MaxImageStreak)
+		return fmt.Errorf("max_image_streak: %d is negative", s.MaxImageStreak)
 	}
 	if s.MinFreeVRAM < 0 {
-		return nil, fmt.Errorf("min_free_vram: %d is negative", s.MinFreeVRAM)
+		return fmt.Errorf("min_free_vram: %d is negative", s.MinFreeVRAM)
 	}
 	if s.GPUIndex < 0 {
-		return nil, fmt.Errorf("gpu_index: %d is negative", s.GPUIndex)
+		return fmt.Errorf("gpu_index: %d is negative", s.GPUIndex)
 	}
+	return nil
+}
+
+// validateVRAM picks the probe min_free_vram reads the card with.
+func validateVRAM(s Settings, c *config) error {
 	switch s.VRAMProbe {
 	case "", "comfy":
 		if s.MinFreeVRAM > 0 {
 			if c.comfy == nil {
-				return nil, fmt.Errorf("min_free_vram: the comfy probe needs comfy to be set (or vram_probe nvidia-smi)")
+				return fmt.Errorf("min_free_vram: the comfy probe needs comfy to be set (or vram_probe nvidia-smi)")
 			}
 			c.gpu.Probe = gpu.ComfyProbe{Client: c.comfy, Index: s.GPUIndex}
 		}
@@ -274,18 +311,14 @@ func (s Settings) validate() (*config, error) {
 		if s.MinFreeVRAM > 0 {
 			path, err := exec.LookPath("nvidia-smi")
 			if err != nil {
-				return nil, fmt.Errorf("vram_probe: nvidia-smi not found in PATH: %v", err)
+				return fmt.Errorf("vram_probe: nvidia-smi not found in PATH: %v", err)
 			}
 			c.gpu.Probe = gpu.SMIProbe{Path: path, Index: s.GPUIndex}
 		}
 	default:
-		return nil, fmt.Errorf("vram_probe: %q is neither comfy nor nvidia-smi", s.VRAMProbe)
+		return fmt.Errorf("vram_probe: %q is neither comfy nor nvidia-smi", s.VRAMProbe)
 	}
-	if s.WarmModel != "" && c.ollama == nil {
-		return nil, fmt.Errorf("warm_model: %q needs ollama to be set", s.WarmModel)
-	}
-	c.engines()
-	return c, nil
+	return nil
 }
 
 // engines puts the configured upstreams behind the GPU's engine
