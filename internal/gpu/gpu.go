@@ -90,8 +90,10 @@ type GPU struct {
 	act       activity // what holds or waits for the GPU (activity.go)
 
 	// abnormal is when LLM use last ended abnormally (UnixNano; 0: not
-	// since Ollama was last confirmed empty). See emptyOllama.
+	// since the LLM engine was last confirmed empty). See emptyLLM.
 	abnormal atomic.Int64
+	// What the engines' health was at last contact; not what the GPU
+	// does, which is act's.
 	llmUp,
 	imageUp reachability
 	wsUp atomic.Bool
@@ -99,7 +101,10 @@ type GPU struct {
 	// memory.
 	noGPUReading atomic.Bool
 
-	trMu       sync.Mutex // guards the fields Transition writes
+	// trMu guards the fields Transition writes. Transition runs under
+	// the lock's mutex, and code holding mu calls into the lock, so it
+	// cannot take mu.
+	trMu       sync.Mutex
 	since      time.Time  // when the current state began
 	lastSwitch time.Time  // when the GPU last went from one service to another
 	lastUser   lock.State // the last non-idle state
@@ -150,8 +155,10 @@ func (g *GPU) Close() {
 }
 
 // spawn runs f in a goroutine that Close waits for. Once Close has begun,
-// f runs at once in the caller instead: with ctx done it returns quickly,
-// and Close never waits for a goroutine it could not have seen start.
+// f runs at once in the caller instead (a job's end must still give the
+// lock back): with ctx done it returns quickly, and Close never waits for
+// a goroutine it could not have seen start. Callers of spawn do not hold
+// g.mu, except Apply, which does nothing once Close has begun.
 func (g *GPU) spawn(f func()) {
 	g.goMu.Lock()
 	if g.closed {
@@ -173,6 +180,9 @@ func (g *GPU) log() *zap.Logger { return g.logp.Load() }
 // Apply makes a started config's settings current; the first call also
 // starts the start-up probes.
 func (g *GPU) Apply(c *Config, log *zap.Logger) {
+	if g.ctx.Err() != nil {
+		return // closed
+	}
 	g.cfgp.Store(c)
 	g.logp.Store(log)
 	g.lock.SetOptions(lock.Options{MaxExclusiveStreak: c.MaxImageStreak})
