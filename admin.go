@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 )
 
 func init() {
@@ -28,6 +30,22 @@ func init() {
 //	POST   /gpu_turnstile/holds/{id}/renew  [{"ttl"}]
 //	DELETE /gpu_turnstile/holds/{id}
 type Admin struct{}
+
+// maxHoldTTL bounds one hold's lease; a holder renews to keep it longer.
+const maxHoldTTL = 24 * time.Hour
+
+// defaultHoldTTL applies when a hold request names no ttl.
+const defaultHoldTTL = 5 * time.Minute
+
+// findHold returns the hold with this id in any turnstile.
+func findHold(id string) *gpu.Hold {
+	var found *gpu.Hold
+	turnstiles.Range(func(_, v any) bool {
+		found = v.(*turnstile).FindHold(id)
+		return found == nil
+	})
+	return found
+}
 
 // CaddyModule returns the Caddy module information.
 func (Admin) CaddyModule() caddy.ModuleInfo {
@@ -59,7 +77,7 @@ func (a Admin) serve(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		return writeJSON(w, http.StatusOK, ts.history.view(time.Time{}))
+		return writeJSON(w, http.StatusOK, ts.History(time.Time{}))
 	case rest == "holds":
 		switch r.Method {
 		case http.MethodGet:
@@ -73,7 +91,7 @@ func (a Admin) serve(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		h := findHold(parts[1])
-		if h == nil || !h.end("released") {
+		if h == nil || !h.End("released") {
 			return apiError(http.StatusNotFound, "no hold %q (it may have expired)", parts[1])
 		}
 		return writeJSON(w, http.StatusOK, map[string]any{"id": h.ID, "released": true})
@@ -95,10 +113,10 @@ func (a Admin) serve(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		if !h.renew(ttl) {
+		if !h.Renew(ttl) {
 			return apiError(http.StatusNotFound, "hold %q has ended", parts[1])
 		}
-		return writeJSON(w, http.StatusOK, h.status())
+		return writeJSON(w, http.StatusOK, h.Status())
 	}
 	return apiError(http.StatusNotFound, "no such route: %s", r.URL.Path)
 }
@@ -129,13 +147,13 @@ func (a Admin) createHold(w http.ResponseWriter, r *http.Request) error {
 	if len(owner) > 200 {
 		return apiError(http.StatusBadRequest, "owner: longer than 200 bytes")
 	}
-	h, err := ts.takeHold(r.Context(), owner, ttl)
+	h, err := ts.TakeHold(r.Context(), owner, ttl)
 	switch {
 	case err == nil:
-		return writeJSON(w, http.StatusCreated, h.status())
+		return writeJSON(w, http.StatusCreated, h.Status())
 	case r.Context().Err() != nil:
 		return nil // the client went away; nothing is held
-	case errors.Is(err, errHoldPrepare):
+	case errors.Is(err, gpu.ErrHoldPrepare):
 		return apiError(http.StatusServiceUnavailable, "%v", err)
 	}
 	return err
@@ -166,7 +184,7 @@ func allStatus() map[string]any {
 }
 
 func allHolds() map[string]any {
-	holds := []holdStatus{}
+	holds := []gpu.HoldStatus{}
 	turnstiles.Range(func(_, v any) bool {
 		holds = append(holds, v.(*turnstile).status().Holds...)
 		return true

@@ -231,14 +231,3 @@ func TestRetryAfterAuto(t *testing.T) {
 		t.Fatalf("Retry-After %q during a 95s hold, want about 95", r.header.Get("Retry-After"))
 	}
 }
-
-func TestRedactURL(t *testing.T) {
-	for in, want := range map[string]string{
-		"http://127.0.0.1:11435":            "http://127.0.0.1:11435",
-		"http://user:secret@10.0.0.2:11435": "http://user:xxxxx@10.0.0.2:11435",
-	} {
-		if got := redactURL(in); got != want {
-			t.Errorf("redactURL(%q) = %q", in, got)
-		}
-	}
-}

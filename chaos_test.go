@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,10 +13,11 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/goleak"
 
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/comfy/comfytest"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/gputest"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/ollama/ollamatest"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy/comfytest"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama/ollamatest"
 )
 
 var (
@@ -60,6 +60,7 @@ func (s *chaosStats) status(code int) {
 
 func runChaos(t *testing.T, seed uint64, duration time.Duration) {
 	t.Logf("seed %d (replay: go test -run TestChaos -chaos.seed=%d)", seed, seed)
+	before := goleak.IgnoreCurrent()
 	const waitBufferLimit = 2 << 20
 	settings := "llm_wait_timeout 3s\nunload_timeout 300ms\njob_timeout 2s\nfree_timeout 500ms\nwarm_model llama3.2\nwarm_timeout 1s\nwait_buffer_limit 2MiB"
 	h := newHarness(t, harnessOptions{
@@ -152,7 +153,6 @@ func runChaos(t *testing.T, seed uint64, duration time.Duration) {
 	if o := h.gpu.Overlaps(); len(o) > 0 {
 		t.Errorf("overlaps=%d: %v", len(o), o[:min(3, len(o))])
 	}
-	checkNoWorkLeft(t)
 	var codes []string
 	st.byStatus.Range(func(k, v any) bool {
 		codes = append(codes, fmt.Sprintf("%d:%d", k, v.(*atomic.Int64).Load()))
@@ -162,6 +162,7 @@ func runChaos(t *testing.T, seed uint64, duration time.Duration) {
 		st.requests.Load(), st.llm.Load(), st.images.Load(), st.invalid.Load(), st.holds.Load(), st.large.Load(), st.cancels.Load(),
 		st.faults.Load(), st.reloads.Load(), st.failedReloads.Load(), codes, len(h.gpu.Overlaps()),
 		final.WaitBuffer.Peak, counterValue(t, h.ts().metrics.busyOverload)-overload0)
+	checkNoGoroutinesLeft(t, h, before)
 }
 
 // chaosRequest sends one random request, maybe cancelling it part-way.
@@ -230,38 +231,40 @@ func chaosRequest(t *testing.T, h *harness, rng *rand.Rand, st *chaosStats, hung
 	st.status(r.status)
 }
 
-// checkNoWorkLeft fails if any goroutine of the turnstile is still busy:
-// waiting for the lock, watching a job, warming, serving a request. Only
-// the long-lived watches of ComfyUI's websocket may remain.
-func checkNoWorkLeft(t *testing.T) {
+// checkNoGoroutinesLeft stops Caddy, the fakes and the idle client
+// connections, and fails if a goroutine that was not running at before is
+// still there: Caddy's Stop returns only once the turnstile's Destruct
+// has waited for every goroutine it started. Caddy's own process-wide
+// workers are let be.
+func checkNoGoroutinesLeft(t *testing.T, h *harness, before goleak.Option) {
 	t.Helper()
-	busy := []string{"(*Handler).serve", "holdForJob", "runForeign", "reconcileAtStart", "(*turnstile).warm", "lock.(*Lock).Acquire", "takeHold"}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		buf := make([]byte, 1<<22)
-		stacks := string(buf[:runtime.Stack(buf, true)])
-		var left []string
-		for _, g := range strings.Split(stacks, "\n\n") {
-			for _, b := range busy {
-				if strings.Contains(g, b) {
-					left = append(left, g)
-					break
-				}
-			}
-		}
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines of the turnstile still running:\n%s", len(left), strings.Join(left, "\n\n"))
-		}
-		time.Sleep(10 * time.Millisecond)
+	if err := caddy.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	h.ollama.Close()
+	if h.comfy != nil {
+		h.comfy.Close()
+	}
+	h.client.CloseIdleConnections()
+	http.DefaultClient.CloseIdleConnections()
+	// Caddy's admin endpoint outlives a stopped config, and so does the
+	// refresher of a storage lock file Caddy took. The servers of configs
+	// replaced by reloads (and old admin servers) shut down gracefully in
+	// the background: http.Server.Shutdown notices that its connections
+	// are gone only at its next poll, up to 500ms later.
+	if err := goleak.Find(before,
+		goleak.IgnoreAnyFunction("github.com/caddyserver/caddy/v2.replaceLocalAdminServer.func2"),
+		goleak.IgnoreAnyFunction("github.com/caddyserver/certmagic.keepLockfileFresh"),
+		goleak.IgnoreAnyFunction("net/http.(*Server).Shutdown"),
+		goleak.IgnoreAnyFunction("github.com/caddyserver/caddy/v2/modules/caddyhttp.(*App).stop.func4")); err != nil {
+		t.Fatalf("goroutines left after shutdown: %v", err)
 	}
 }
 
 // TestShutdownDuringAJob stops Caddy while a job holds the GPU: the stop
 // is prompt, and nothing of the turnstile keeps running.
 func TestShutdownDuringAJob(t *testing.T) {
+	before := goleak.IgnoreCurrent()
 	h := newHarness(t, harnessOptions{comfy: comfyOpts(time.Hour)})
 	id := promptID(t, h.post(context.Background(), h.image+"/prompt", promptBody(3_600_000)))
 	h.waitStatus("job running", func(st Status) bool { return st.Job != nil && st.Job.PromptID == id })
@@ -279,7 +282,7 @@ func TestShutdownDuringAJob(t *testing.T) {
 	if ts := runtimeOf(defaultName); ts != nil {
 		t.Fatal("the turnstile outlived the last config")
 	}
-	checkNoWorkLeft(t)
+	checkNoGoroutinesLeft(t, h, before)
 	if o := h.gpu.Overlaps(); len(o) > 0 {
 		t.Fatalf("GPU shared: %v\n%s", o, gputest.Dump(h.gpu.Events()))
 	}

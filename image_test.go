@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/gputest"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
 )
 
 // TestImageJobLifecycle follows one job through every step of the design

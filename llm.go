@@ -5,15 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
-
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
 )
 
 // waitBodyLimit bounds how much of a request body is read into memory
@@ -35,10 +32,10 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 		ts.metrics.waitLLM.Observe(0)
 		defer ts.lock.ReleaseShared()
 		err := next.ServeHTTP(w, r)
-		ts.noteLLMEnd(r.Context(), err)
+		ts.NoteLLMEnd(r.Context(), err)
 		return err
 	}
-	if h.DuringJob != "" && ts.imageJobRunning() {
+	if h.DuringJob != "" && ts.ImageJobRunning() {
 		return h.serveDuringJob(w, r, next)
 	}
 	c := ts.cfg()
@@ -47,11 +44,11 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 		// Right after start-up the GPU is held only while ComfyUI is
 		// asked whether work is queued; that is no reason to turn
 		// requests away, so they wait for the answer.
-		if !ts.probing.Load() {
+		if !ts.Probing() {
 			ts.metrics.busyReject.Inc()
 			return ts.writeBusy(w, r, c, "reject")
 		}
-		wait = c.probeTimeout
+		wait = c.gpu.ProbeTimeout
 	}
 	ticket, err := ts.admitWait(r, c, waitBodyLimit)
 	if err != nil {
@@ -59,11 +56,9 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 	}
 	defer ticket.done()
 	start := time.Now()
-	id := ts.waiting.add(start)
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
-	err = ts.lock.AcquireShared(ctx)
+	err = ts.AcquireShared(ctx)
 	cancel()
-	ts.waiting.done(id)
 	ticket.stopWaiting()
 	waited := time.Since(start)
 	if err != nil {
@@ -78,7 +73,7 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 	ts.metrics.waitLLM.Observe(waited.Seconds())
 	defer ts.lock.ReleaseShared()
 	err = next.ServeHTTP(w, r)
-	ts.noteLLMEnd(r.Context(), err)
+	ts.NoteLLMEnd(r.Context(), err)
 	return err
 }
 
@@ -98,14 +93,6 @@ func (h *Handler) serveDuringJob(w http.ResponseWriter, r *http.Request, next ca
 	}
 	json.NewEncoder(w).Encode(body)
 	return nil
-}
-
-// imageJobRunning reports whether an image job holds the GPU now.
-func (ts *turnstile) imageJobRunning() bool {
-	ts.mu.Lock()
-	running := ts.job != nil
-	ts.mu.Unlock()
-	return running && ts.lock.State() == lock.Image
 }
 
 // writeBusy answers an LLM request that cannot have the GPU now, in the
@@ -150,32 +137,6 @@ func (ts *turnstile) retryAfter(c *config) time.Duration {
 	if !c.BusyRetryAfterAuto {
 		return c.retryAfter
 	}
-	snap := ts.lock.Snapshot()
-	typical := ts.typicalJob()
-	var wait time.Duration
-	now := time.Now()
-	ts.mu.Lock()
-	if ts.job != nil {
-		wait += max(typical-now.Sub(ts.job.Started), time.Second)
-	}
-	for _, h := range ts.holds {
-		h.mu.Lock()
-		wait += max(h.expires.Sub(now), 0)
-		h.mu.Unlock()
-	}
-	ts.mu.Unlock()
-	wait += time.Duration(snap.ImageWaiting) * typical
-	wait += time.Duration(snap.HoldWaiting) * typical
+	wait := ts.EstimateWait(defaultBusyRetryAfter)
 	return min(max(wait, time.Second), c.retryAfter)
-}
-
-// typicalJob is the median of recent successful job durations, or 30s
-// before any job has finished.
-func (ts *turnstile) typicalJob() time.Duration {
-	secs := ts.history.recentJobSeconds(15)
-	if len(secs) == 0 {
-		return defaultBusyRetryAfter
-	}
-	slices.Sort(secs)
-	return time.Duration(secs[len(secs)/2] * float64(time.Second))
 }

@@ -11,8 +11,8 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama/ollamatest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/ollama/ollamatest"
 )
 
 func TestLLMStreamsShareTheGPU(t *testing.T) {

@@ -2,9 +2,11 @@ package turnstile
 
 import (
 	"errors"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
 )
 
@@ -143,8 +145,10 @@ func registerMetrics(reg *prometheus.Registry) error {
 }
 
 // turnstileMetrics holds one turnstile's series with their labels bound,
-// so the request path observes without a label lookup.
+// so the request path observes without a label lookup. It is the
+// gpu.Metrics of the turnstile's GPU.
 type turnstileMetrics struct {
+	name                         string
 	waitLLM, waitImage, waitHold prometheus.Observer
 	unload, free, warm           prometheus.Observer
 	busyReject, busyTimeout      prometheus.Counter
@@ -154,6 +158,7 @@ type turnstileMetrics struct {
 
 func newTurnstileMetrics(name string) *turnstileMetrics {
 	return &turnstileMetrics{
+		name:           name,
 		waitLLM:        lockWait.WithLabelValues(name, "llm"),
 		waitImage:      lockWait.WithLabelValues(name, "image"),
 		waitHold:       lockWait.WithLabelValues(name, "hold"),
@@ -166,3 +171,42 @@ func newTurnstileMetrics(name string) *turnstileMetrics {
 		upstreamErrors: upstreamErrors,
 	}
 }
+
+// Waited implements gpu.Metrics.
+func (m *turnstileMetrics) Waited(kind lock.Kind, d time.Duration) {
+	if kind == lock.Hold {
+		m.waitHold.Observe(d.Seconds())
+	} else {
+		m.waitImage.Observe(d.Seconds())
+	}
+}
+
+// Step implements gpu.Metrics.
+func (m *turnstileMetrics) Step(step string, d time.Duration) {
+	switch step {
+	case "unload":
+		m.unload.Observe(d.Seconds())
+	case "free":
+		m.free.Observe(d.Seconds())
+	case "warm":
+		m.warm.Observe(d.Seconds())
+	}
+}
+
+// UpstreamError implements gpu.Metrics.
+func (m *turnstileMetrics) UpstreamError(upstream, op string) {
+	m.upstreamErrors.WithLabelValues(m.name, upstream, op).Inc()
+}
+
+// JobEnded implements gpu.Metrics.
+func (m *turnstileMetrics) JobEnded(outcome string, d time.Duration) {
+	imageJobs.WithLabelValues(m.name, outcome).Inc()
+	jobSeconds.WithLabelValues(m.name, outcome).Observe(d.Seconds())
+}
+
+// HoldEvent implements gpu.Metrics.
+func (m *turnstileMetrics) HoldEvent(event string) {
+	holdEvents.WithLabelValues(m.name, event).Inc()
+}
+
+var _ gpu.Metrics = (*turnstileMetrics)(nil)

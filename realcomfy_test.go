@@ -36,6 +36,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 )
 
 // Python packages ComfyUI imports at start-up that a weight-free workflow
@@ -530,7 +532,7 @@ func (rc *realComfy) start(t *testing.T) {
 	if !log.waitFor("To see the GUI go to:", 3*time.Minute, exited) {
 		t.Fatalf("ComfyUI did not start listening:\n%s", log.tail(40))
 	}
-	ev := dialComfyEvents(t, rc.URL, "turnstile-test-"+randomID())
+	ev := dialComfyEvents(t, rc.URL, "turnstile-test-"+fmt.Sprint(time.Now().UnixNano()))
 	rc.mu.Lock()
 	rc.ev = ev
 	rc.mu.Unlock()
@@ -762,7 +764,7 @@ func release(t *testing.T, h *harness, since time.Time) time.Time {
 // transitionAfter returns the first transition after since that matches
 // from and to (empty matches any).
 func transitionAfter(h *harness, since time.Time, from, to string) time.Time {
-	for _, tr := range h.ts().history.view(since).Transitions {
+	for _, tr := range h.ts().History(since).Transitions {
 		if (from == "" || tr.From == from) && (to == "" || tr.To == to) {
 			return tr.At
 		}
@@ -770,16 +772,16 @@ func transitionAfter(h *harness, since time.Time, from, to string) time.Time {
 	return time.Time{}
 }
 
-func lastJob(h *harness) *jobEntry {
-	jobs := h.ts().history.view(time.Time{}).Jobs
+func lastJob(h *harness) *gpu.JobEntry {
+	jobs := h.ts().History(time.Time{}).Jobs
 	if len(jobs) == 0 {
 		return nil
 	}
 	return &jobs[len(jobs)-1]
 }
 
-func lastStep(h *harness, kind string) *eventEntry {
-	events := h.ts().history.view(time.Time{}).Events
+func lastStep(h *harness, kind string) *gpu.EventEntry {
+	events := h.ts().History(time.Time{}).Events
 	for i := len(events) - 1; i >= 0; i-- {
 		if events[i].Kind == kind {
 			return &events[i]
@@ -825,7 +827,7 @@ func (rc *realComfy) logTimeline(t *testing.T, h *harness, tp *tap, since time.T
 			es = append(es, entry{e.At, "ollama", fmt.Sprintf("%s (%d)", e.What, e.Users)})
 		}
 	}
-	v := h.ts().history.view(since)
+	v := h.ts().History(since)
 	for _, tr := range v.Transitions {
 		es = append(es, entry{tr.At, "lock", tr.From + " -> " + tr.To})
 	}

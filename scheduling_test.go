@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/gputest"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/ollama/ollamatest"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama/ollamatest"
 )
 
 func TestMaxImageStreakGivesLLMATurn(t *testing.T) {

@@ -8,8 +8,9 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/comfy"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/ollama"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama"
 )
 
 // Settings configure one turnstile: the GPU it guards and the two services
@@ -162,60 +163,79 @@ const (
 // built; one is made per config load and swapped in when the config starts.
 type config struct {
 	Settings
-	ollama         *ollama.Client // nil if disabled
-	comfy          *comfy.Client  // nil if disabled
-	reject         bool
-	busyStatus     int
-	retryAfter     time.Duration
-	llmWait        time.Duration
-	unloadTimeout  time.Duration
-	jobTimeout     time.Duration
-	freeTimeout    time.Duration
-	interruptGrace time.Duration
-	warmTimeout    time.Duration
-	unloadPoll     time.Duration
-	historyPoll    time.Duration
-	probeTimeout   time.Duration
-	backoffInitial time.Duration
-	backoffMax     time.Duration
-	captureLimit   int64
-	probe          vramProbe // nil without min_free_vram
+	gpu          gpu.Config     // what the orchestration of the GPU uses
+	ollama       *ollama.Client // nil if disabled
+	comfy        *comfy.Client  // nil if disabled
+	historyPoll  time.Duration
+	reject       bool
+	busyStatus   int
+	retryAfter   time.Duration
+	llmWait      time.Duration
+	captureLimit int64
 
 	waitBufferLimit int64
 }
 
 // validate checks the settings and returns them with defaults filled in.
-// Errors name the option as it is spelled in the Caddyfile.
+// Errors name the option as it is spelled in the Caddyfile; the first
+// invalid option in the order below is reported.
 func (s Settings) validate() (*config, error) {
 	c := &config{Settings: s}
+	c.gpu = gpu.Config{WarmModel: s.WarmModel, EarlyUnload: s.EarlyUnload, MaxImageStreak: s.MaxImageStreak, MinFreeVRAM: s.MinFreeVRAM}
+	for _, check := range []func(Settings, *config) error{
+		validateUpstreams, validateBusy, validateDurations, validateLimits, validateVRAM,
+	} {
+		if err := check(s, c); err != nil {
+			return nil, err
+		}
+	}
+	if s.WarmModel != "" && c.ollama == nil {
+		return nil, fmt.Errorf("warm_model: %q needs ollama to be set", s.WarmModel)
+	}
+	c.engines()
+	return c, nil
+}
+
+// validateUpstreams builds the clients of the upstreams that are set.
+func validateUpstreams(s Settings, c *config) error {
 	if s.Ollama == "" && s.Comfy == "" {
-		return nil, fmt.Errorf("at least one of ollama and comfy must be set")
+		return fmt.Errorf("at least one of ollama and comfy must be set")
 	}
 	var err error
 	if s.Ollama != "" {
 		if c.ollama, err = ollama.NewClient(s.Ollama, nil); err != nil {
-			return nil, fmt.Errorf("ollama: %v", err)
+			return fmt.Errorf("ollama: %v", err)
 		}
 	}
 	if s.Comfy != "" {
 		if c.comfy, err = comfy.NewClient(s.Comfy, nil); err != nil {
-			return nil, fmt.Errorf("comfy: %v", err)
+			return fmt.Errorf("comfy: %v", err)
 		}
 	}
+	return nil
+}
+
+// validateBusy checks what a blocked LLM request is answered.
+func validateBusy(s Settings, c *config) error {
 	switch s.LLMBusyMode {
 	case "", "wait":
 	case "reject":
 		c.reject = true
 	default:
-		return nil, fmt.Errorf("llm_busy_mode: %q is neither wait nor reject", s.LLMBusyMode)
+		return fmt.Errorf("llm_busy_mode: %q is neither wait nor reject", s.LLMBusyMode)
 	}
 	c.busyStatus = s.LLMBusyStatus
 	if c.busyStatus == 0 {
 		c.busyStatus = defaultBusyStatus
 	}
 	if c.busyStatus < 400 || c.busyStatus > 599 {
-		return nil, fmt.Errorf("llm_busy_status: %d is outside 400-599", c.busyStatus)
+		return fmt.Errorf("llm_busy_status: %d is outside 400-599", c.busyStatus)
 	}
+	return nil
+}
+
+// validateDurations fills in every duration, its default if unset.
+func validateDurations(s Settings, c *config) error {
 	durations := []struct {
 		name string
 		val  caddy.Duration
@@ -224,87 +244,106 @@ func (s Settings) validate() (*config, error) {
 	}{
 		{"busy_retry_after", s.BusyRetryAfter, defaultRetryAfter(s), &c.retryAfter},
 		{"llm_wait_timeout", s.LLMWaitTimeout, defaultLLMWaitTimeout, &c.llmWait},
-		{"unload_timeout", s.UnloadTimeout, defaultUnloadTimeout, &c.unloadTimeout},
-		{"job_timeout", s.JobTimeout, defaultJobTimeout, &c.jobTimeout},
-		{"free_timeout", s.FreeTimeout, defaultFreeTimeout, &c.freeTimeout},
-		{"interrupt_grace", s.InterruptGrace, defaultInterruptGrace, &c.interruptGrace},
-		{"warm_timeout", s.WarmTimeout, defaultWarmTimeout, &c.warmTimeout},
-		{"unload_poll_interval", s.UnloadPollInterval, defaultUnloadPollInterval, &c.unloadPoll},
+		{"unload_timeout", s.UnloadTimeout, defaultUnloadTimeout, &c.gpu.UnloadTimeout},
+		{"job_timeout", s.JobTimeout, defaultJobTimeout, &c.gpu.JobTimeout},
+		{"free_timeout", s.FreeTimeout, defaultFreeTimeout, &c.gpu.FreeTimeout},
+		{"interrupt_grace", s.InterruptGrace, defaultInterruptGrace, &c.gpu.InterruptGrace},
+		{"warm_timeout", s.WarmTimeout, defaultWarmTimeout, &c.gpu.WarmTimeout},
+		{"unload_poll_interval", s.UnloadPollInterval, defaultUnloadPollInterval, &c.gpu.UnloadPoll},
 		{"history_poll_interval", s.HistoryPollInterval, defaultHistoryPoll, &c.historyPoll},
-		{"probe_timeout", s.ProbeTimeout, defaultProbeTimeout, &c.probeTimeout},
-		{"backoff initial", s.BackoffInitial, defaultBackoffInitial, &c.backoffInitial},
-		{"backoff max", s.BackoffMax, defaultBackoffMax, &c.backoffMax},
+		{"probe_timeout", s.ProbeTimeout, defaultProbeTimeout, &c.gpu.ProbeTimeout},
+		{"backoff initial", s.BackoffInitial, defaultBackoffInitial, &c.gpu.BackoffInitial},
+		{"backoff max", s.BackoffMax, defaultBackoffMax, &c.gpu.BackoffMax},
 	}
 	for _, d := range durations {
 		switch {
 		case d.val < 0:
-			return nil, fmt.Errorf("%s: %v is negative", d.name, time.Duration(d.val))
+			return fmt.Errorf("%s: %v is negative", d.name, time.Duration(d.val))
 		case d.val == 0:
 			*d.dst = d.def
 		default:
 			*d.dst = time.Duration(d.val)
 		}
 	}
-	if c.backoffMax < c.backoffInitial {
-		return nil, fmt.Errorf("backoff: max %v is less than initial %v", c.backoffMax, c.backoffInitial)
+	if c.gpu.BackoffMax < c.gpu.BackoffInitial {
+		return fmt.Errorf("backoff: max %v is less than initial %v", c.gpu.BackoffMax, c.gpu.BackoffInitial)
 	}
+	return nil
+}
+
+// validateLimits checks the sizes and counts.
+func validateLimits(s Settings, c *config) error {
 	switch {
 	case s.PromptCaptureLimit < 0:
-		return nil, fmt.Errorf("prompt_capture_limit: %d is negative", s.PromptCaptureLimit)
+		return fmt.Errorf("prompt_capture_limit: %d is negative", s.PromptCaptureLimit)
 	case s.PromptCaptureLimit == 0:
 		c.captureLimit = defaultPromptCaptureLimit
 	case s.PromptCaptureLimit < 64:
-		return nil, fmt.Errorf("prompt_capture_limit: %d bytes cannot hold a prompt_id (at least 64)", s.PromptCaptureLimit)
+		return fmt.Errorf("prompt_capture_limit: %d bytes cannot hold a prompt_id (at least 64)", s.PromptCaptureLimit)
 	case s.PromptCaptureLimit > maxPromptCaptureLimit:
-		return nil, fmt.Errorf("prompt_capture_limit: %d is over the 1GiB maximum", s.PromptCaptureLimit)
+		return fmt.Errorf("prompt_capture_limit: %d is over the 1GiB maximum", s.PromptCaptureLimit)
 	default:
 		c.captureLimit = s.PromptCaptureLimit
 	}
 	if err := validateBudget(s, c); err != nil {
-		return nil, err
+		return err
 	}
 	if s.MaxImageStreak < 0 {
-		return nil, fmt.Errorf("max_image_streak: %d is negative", s.MaxImageStreak)
+		return fmt.Errorf("max_image_streak: %d is negative", s.MaxImageStreak)
 	}
 	if s.MinFreeVRAM < 0 {
-		return nil, fmt.Errorf("min_free_vram: %d is negative", s.MinFreeVRAM)
+		return fmt.Errorf("min_free_vram: %d is negative", s.MinFreeVRAM)
 	}
 	if s.GPUIndex < 0 {
-		return nil, fmt.Errorf("gpu_index: %d is negative", s.GPUIndex)
+		return fmt.Errorf("gpu_index: %d is negative", s.GPUIndex)
 	}
+	return nil
+}
+
+// validateVRAM picks the probe min_free_vram reads the card with.
+func validateVRAM(s Settings, c *config) error {
 	switch s.VRAMProbe {
 	case "", "comfy":
 		if s.MinFreeVRAM > 0 {
 			if c.comfy == nil {
-				return nil, fmt.Errorf("min_free_vram: the comfy probe needs comfy to be set (or vram_probe nvidia-smi)")
+				return fmt.Errorf("min_free_vram: the comfy probe needs comfy to be set (or vram_probe nvidia-smi)")
 			}
-			c.probe = comfyProbe{c: c.comfy, index: s.GPUIndex}
+			c.gpu.Probe = gpu.ComfyProbe{Client: c.comfy, Index: s.GPUIndex}
 		}
 	case "nvidia-smi":
 		if s.MinFreeVRAM > 0 {
 			// Looked for in PATH when the config loads (locate), never
 			// while it is adapted: adapting does not depend on the host.
-			c.probe = smiProbe{index: s.GPUIndex}
+			c.gpu.Probe = gpu.SMIProbe{Index: s.GPUIndex}
 		}
 	default:
-		return nil, fmt.Errorf("vram_probe: %q is neither comfy nor nvidia-smi", s.VRAMProbe)
+		return fmt.Errorf("vram_probe: %q is neither comfy nor nvidia-smi", s.VRAMProbe)
 	}
-	if s.WarmModel != "" && c.ollama == nil {
-		return nil, fmt.Errorf("warm_model: %q needs ollama to be set", s.WarmModel)
+	return nil
+}
+
+// engines puts the configured upstreams behind the GPU's engine
+// interfaces.
+func (c *config) engines() {
+	if c.ollama != nil {
+		c.gpu.LLM = gpu.NewOllama(c.ollama, c.gpu.UnloadPoll)
 	}
-	return c, nil
+	if c.comfy != nil {
+		c.gpu.Image = gpu.NewComfy(c.comfy, gpu.ComfyOptions{HistoryPoll: c.historyPoll, FreePoll: c.gpu.UnloadPoll,
+			BackoffInitial: c.gpu.BackoffInitial, BackoffMax: c.gpu.BackoffMax})
+	}
 }
 
 // locate finds what the settings need on this host, when the config
 // loads: the nvidia-smi executable for vram_probe nvidia-smi.
 func (c *config) locate() error {
-	if p, ok := c.probe.(smiProbe); ok {
+	if p, ok := c.gpu.Probe.(gpu.SMIProbe); ok {
 		path, err := exec.LookPath("nvidia-smi")
 		if err != nil {
 			return fmt.Errorf("vram_probe: nvidia-smi not found in PATH: %v", err)
 		}
-		p.path = path
-		c.probe = p
+		p.Path = path
+		c.gpu.Probe = p
 	}
 	return nil
 }

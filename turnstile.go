@@ -8,18 +8,21 @@
 //
 // The root package is Caddy wiring: the gpu_turnstile app (settings per
 // named turnstile), the middleware, the status handler, the admin routes,
-// metrics and the Caddyfile. The policy lives in package lock.
+// metrics and the Caddyfile. The lock's policy lives in package lock; what
+// the GPU does (job lifecycle, hand-over, holds, unload, free, warm-up,
+// VRAM checks, history) lives in internal/gpu.
 package turnstile
 
 import (
 	"fmt"
 	"net/http"
-	"net/url"
 	"sort"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 )
 
 func init() {
@@ -100,15 +103,15 @@ func (a *App) Start() error {
 		log := a.logger.With(zap.String("turnstile", name))
 		ts.apply(c, log)
 		log.Info("gpu turnstile ready",
-			zap.String("ollama", redactURL(c.Ollama)), zap.String("comfy", redactURL(c.Comfy)),
+			zap.String("ollama", gpu.RedactURL(c.Ollama)), zap.String("comfy", gpu.RedactURL(c.Comfy)),
 			zap.String("llm_busy_mode", map[bool]string{false: "wait", true: "reject"}[c.reject]),
 			zap.Int("llm_busy_status", c.busyStatus), zap.Duration("busy_retry_after", c.retryAfter),
-			zap.Duration("llm_wait_timeout", c.llmWait), zap.Duration("unload_timeout", c.unloadTimeout),
-			zap.Duration("job_timeout", c.jobTimeout), zap.Duration("free_timeout", c.freeTimeout),
-			zap.String("warm_model", c.WarmModel), zap.Duration("warm_timeout", c.warmTimeout),
-			zap.Duration("unload_poll_interval", c.unloadPoll), zap.Duration("history_poll_interval", c.historyPoll),
-			zap.Duration("probe_timeout", c.probeTimeout), zap.Duration("backoff_initial", c.backoffInitial),
-			zap.Duration("backoff_max", c.backoffMax), zap.Int64("prompt_capture_limit", c.captureLimit),
+			zap.Duration("llm_wait_timeout", c.llmWait), zap.Duration("unload_timeout", c.gpu.UnloadTimeout),
+			zap.Duration("job_timeout", c.gpu.JobTimeout), zap.Duration("free_timeout", c.gpu.FreeTimeout),
+			zap.String("warm_model", c.WarmModel), zap.Duration("warm_timeout", c.gpu.WarmTimeout),
+			zap.Duration("unload_poll_interval", c.gpu.UnloadPoll), zap.Duration("history_poll_interval", c.historyPoll),
+			zap.Duration("probe_timeout", c.gpu.ProbeTimeout), zap.Duration("backoff_initial", c.gpu.BackoffInitial),
+			zap.Duration("backoff_max", c.gpu.BackoffMax), zap.Int64("prompt_capture_limit", c.captureLimit),
 			zap.Int("max_image_streak", c.MaxImageStreak),
 			zap.Int64("wait_buffer_limit", c.waitBufferLimit), zap.Int("max_waiting", c.MaxWaiting))
 	}
@@ -129,16 +132,6 @@ func (a *App) Cleanup() error {
 	}
 	a.taken = nil
 	return nil
-}
-
-// redactURL hides a password in an upstream URL before it is logged or
-// shown in the status.
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
-		return s
-	}
-	return u.Redacted()
 }
 
 func runtimeOf(name string) *turnstile {

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/comfy/comfytest"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/gputest"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/ollama/ollamatest"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy/comfytest"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama/ollamatest"
 )
 
 // simulated starts the fakes and a Caddy in front of them; it returns the

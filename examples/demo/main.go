@@ -26,9 +26,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/comfy/comfytest"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/gputest"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/ollama/ollamatest"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy/comfytest"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama/ollamatest"
 )
 
 //go:embed Caddyfile

@@ -1,4 +1,4 @@
-package turnstile
+package gpu
 
 import (
 	"sync"
@@ -9,6 +9,7 @@ import (
 )
 
 func TestRingIsBoundedAndOrdered(t *testing.T) {
+	t.Parallel()
 	r := newRing[int](4)
 	if _, ok := r.last(); ok {
 		t.Fatal("an empty ring has a last entry")
@@ -30,6 +31,7 @@ func TestRingIsBoundedAndOrdered(t *testing.T) {
 }
 
 func TestHistoryMergesShortIdleGaps(t *testing.T) {
+	t.Parallel()
 	h := newHistory(16)
 	t0 := time.Now()
 	h.addTransition(t0, lock.Idle, lock.LLM)
@@ -54,6 +56,7 @@ func TestHistoryMergesShortIdleGaps(t *testing.T) {
 }
 
 func TestHistoryIsBoundedUnderConcurrentUse(t *testing.T) {
+	t.Parallel()
 	h := newHistory(historySize)
 	var wg sync.WaitGroup
 	for w := range 8 {
@@ -62,7 +65,7 @@ func TestHistoryIsBoundedUnderConcurrentUse(t *testing.T) {
 			defer wg.Done()
 			for i := range 1000 {
 				h.addTransition(time.Now(), lock.Image, lock.Hold)
-				h.addJob(jobEntry{PromptID: "p", Started: time.Now(), Outcome: "success", Seconds: float64(w*1000 + i)})
+				h.addJob(JobEntry{PromptID: "p", Started: time.Now(), Outcome: "success", Seconds: float64(w*1000 + i)})
 				h.addEvent("free", time.Millisecond, "")
 				if i%100 == 0 {
 					h.view(time.Time{})

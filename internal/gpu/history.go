@@ -1,4 +1,4 @@
-package turnstile
+package gpu
 
 import (
 	"sync"
@@ -16,18 +16,18 @@ const historySize = 512
 // status page and GET .../history read it.
 type history struct {
 	mu          sync.Mutex
-	transitions ring[transitionEntry]
-	jobs        ring[jobEntry]
-	events      ring[eventEntry]
+	transitions ring[TransitionEntry]
+	jobs        ring[JobEntry]
+	events      ring[EventEntry]
 }
 
-type transitionEntry struct {
+type TransitionEntry struct {
 	At   time.Time `json:"at"`
 	From string    `json:"from"`
 	To   string    `json:"to"`
 }
 
-type jobEntry struct {
+type JobEntry struct {
 	PromptID string    `json:"prompt_id,omitempty"`
 	Source   string    `json:"source"`
 	Started  time.Time `json:"started"`
@@ -35,7 +35,7 @@ type jobEntry struct {
 	Outcome  string    `json:"outcome"`
 }
 
-type eventEntry struct {
+type EventEntry struct {
 	At      time.Time `json:"at"`
 	Kind    string    `json:"kind"` // unload, free, warm
 	Seconds float64   `json:"seconds"`
@@ -44,9 +44,9 @@ type eventEntry struct {
 
 func newHistory(size int) *history {
 	return &history{
-		transitions: newRing[transitionEntry](size),
-		jobs:        newRing[jobEntry](size),
-		events:      newRing[eventEntry](size),
+		transitions: newRing[TransitionEntry](size),
+		jobs:        newRing[JobEntry](size),
+		events:      newRing[EventEntry](size),
 	}
 }
 
@@ -62,10 +62,10 @@ func (h *history) addTransition(at time.Time, from, to lock.State) {
 		h.transitions.pop()
 		return
 	}
-	h.transitions.add(transitionEntry{At: at, From: from.String(), To: to.String()})
+	h.transitions.add(TransitionEntry{At: at, From: from.String(), To: to.String()})
 }
 
-func (h *history) addJob(j jobEntry) {
+func (h *history) addJob(j JobEntry) {
 	h.mu.Lock()
 	h.jobs.add(j)
 	h.mu.Unlock()
@@ -73,27 +73,27 @@ func (h *history) addJob(j jobEntry) {
 
 func (h *history) addEvent(kind string, took time.Duration, detail string) {
 	h.mu.Lock()
-	h.events.add(eventEntry{At: time.Now(), Kind: kind, Seconds: took.Seconds(), Detail: detail})
+	h.events.add(EventEntry{At: time.Now(), Kind: kind, Seconds: took.Seconds(), Detail: detail})
 	h.mu.Unlock()
 }
 
-// historyView is the JSON form of a history.
-type historyView struct {
-	Transitions []transitionEntry `json:"transitions"`
-	Jobs        []jobEntry        `json:"jobs"`
-	Events      []eventEntry      `json:"events"`
+// HistoryView is the JSON form of a history.
+type HistoryView struct {
+	Transitions []TransitionEntry `json:"transitions"`
+	Jobs        []JobEntry        `json:"jobs"`
+	Events      []EventEntry      `json:"events"`
 }
 
 // view returns the entries newer than since (all if zero), oldest first.
-func (h *history) view(since time.Time) historyView {
+func (h *history) view(since time.Time) HistoryView {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return historyView{
-		Transitions: filter(h.transitions.items(), func(e transitionEntry) bool { return e.At.After(since) }),
-		Jobs: filter(h.jobs.items(), func(e jobEntry) bool {
+	return HistoryView{
+		Transitions: filter(h.transitions.items(), func(e TransitionEntry) bool { return e.At.After(since) }),
+		Jobs: filter(h.jobs.items(), func(e JobEntry) bool {
 			return e.Started.Add(time.Duration(e.Seconds * float64(time.Second))).After(since)
 		}),
-		Events: filter(h.events.items(), func(e eventEntry) bool { return e.At.After(since) }),
+		Events: filter(h.events.items(), func(e EventEntry) bool { return e.At.After(since) }),
 	}
 }
 

@@ -13,8 +13,8 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/jsonhttp"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/poll"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/poll"
 )
 
 // Client talks to one ComfyUI server.

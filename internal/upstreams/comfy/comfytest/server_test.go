@@ -11,8 +11,8 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/comfy/comfytest"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/gputest"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy/comfytest"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
 )
 
 // Each test here pins one fact of upstream-api.md about ComfyUI 0.3.64

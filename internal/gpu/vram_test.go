@@ -1,4 +1,4 @@
-package turnstile
+package gpu
 
 import (
 	"context"
@@ -6,14 +6,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/comfy"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/comfy/comfytest"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/gputest"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy/comfytest"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
 )
 
 // ComfyUI's vram_free counts the memory PyTorch keeps reserved but idle
 // inside ComfyUI as free; another process cannot use it.
 func TestComfyProbeReadsTheCardAsOthersSeeIt(t *testing.T) {
+	t.Parallel()
 	srv := comfytest.NewServer(gputest.New(), comfytest.Options{JobDuration: time.Millisecond})
 	defer srv.Close()
 	c, _ := comfy.NewClient(srv.URL, nil)
@@ -26,7 +27,7 @@ func TestComfyProbeReadsTheCardAsOthersSeeIt(t *testing.T) {
 	if err != nil || len(devs) != 1 || devs[0].TorchVRAMFree == 0 {
 		t.Fatalf("stats %+v %v: want a device with idle reserved memory", devs, err)
 	}
-	free, err := comfyProbe{c: c}.freeVRAM(ctx)
+	free, err := ComfyProbe{Client: c}.FreeVRAM(ctx)
 	if want := devs[0].VRAMTotal - srv.Reserved(); err != nil || free != want {
 		t.Fatalf("probe read %d MiB, %v; want %d MiB (vram_free %d MiB counts ComfyUI's idle reserve)",
 			free>>20, err, want>>20, devs[0].VRAMFree>>20)
@@ -35,7 +36,7 @@ func TestComfyProbeReadsTheCardAsOthersSeeIt(t *testing.T) {
 	cpu := comfytest.NewServer(gputest.New(), comfytest.Options{Device: "cpu"})
 	defer cpu.Close()
 	cc, _ := comfy.NewClient(cpu.URL, nil)
-	if _, err := (comfyProbe{c: cc}).freeVRAM(ctx); !errors.Is(err, comfy.ErrNoGPUReading) {
+	if _, err := (ComfyProbe{Client: cc}).FreeVRAM(ctx); !errors.Is(err, comfy.ErrNoGPUReading) {
 		t.Fatalf("cpu device: %v, want ErrNoGPUReading", err)
 	}
 }

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/jsonhttp"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/upstreams/poll"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/poll"
 )
 
 // Client talks to one Ollama server.

@@ -1,0 +1,163 @@
+package gpu
+
+import (
+	"time"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
+)
+
+// activity is what holds or waits for the GPU, and why: one value, under
+// GPU.mu, that every change goes through and the status reads. The lock
+// counts the LLM requests that share the GPU itself, so that the LLM fast
+// path takes no other mutex; everything else is here.
+type activity struct {
+	// job is the image work that holds the GPU: a proxied job with its
+	// phase, the start-up probe, or work queued directly on the image
+	// engine. Replaced, never changed in place, so a copy can be read.
+	job *Job
+	// probing is set while job is the start-up probe.
+	probing bool
+	// direct is set from the moment work queued directly on the image
+	// engine is seen until the GPU has been given back after it.
+	direct bool
+	// warming is set while a warm-up holds a shared place.
+	warming bool
+	// holds are the external holds that own the GPU.
+	holds map[string]*Hold
+	// waiters are the requests waiting for the GPU, by id.
+	waiters map[uint64]waiter
+	lastID  uint64
+}
+
+// waiter is a request waiting for the GPU.
+type waiter struct {
+	kind  lock.Kind
+	since time.Time
+}
+
+// wait records a request that starts to wait for the GPU; the returned
+// func records the end of its wait.
+func (g *GPU) wait(kind lock.Kind, since time.Time) (done func()) {
+	g.mu.Lock()
+	g.act.lastID++
+	id := g.act.lastID
+	if g.act.waiters == nil {
+		g.act.waiters = map[uint64]waiter{}
+	}
+	g.act.waiters[id] = waiter{kind: kind, since: since}
+	g.mu.Unlock()
+	return func() {
+		g.mu.Lock()
+		delete(g.act.waiters, id)
+		g.mu.Unlock()
+	}
+}
+
+// oldestWait is when the longest-waiting request began to wait (zero if
+// none waits); g.mu is held.
+func (a *activity) oldestWait() time.Time {
+	var o time.Time
+	for _, w := range a.waiters {
+		if o.IsZero() || w.since.Before(o) {
+			o = w.since
+		}
+	}
+	return o
+}
+
+func (g *GPU) setJob(j *Job) {
+	g.mu.Lock()
+	g.act.job = j
+	g.mu.Unlock()
+}
+
+// setPhase changes the phase of the image work holding the GPU.
+func (g *GPU) setPhase(phase string) {
+	g.mu.Lock()
+	if g.act.job != nil {
+		j := *g.act.job
+		j.Phase = phase
+		g.act.job = &j
+	}
+	g.mu.Unlock()
+}
+
+func (g *GPU) setPromptID(id string) {
+	g.mu.Lock()
+	if g.act.job != nil {
+		j := *g.act.job
+		j.PromptID, j.Phase = id, "running"
+		g.act.job = &j
+	}
+	g.mu.Unlock()
+}
+
+// Probing reports whether the start-up probe holds the GPU: the image
+// engine is being asked whether work was queued before Caddy started.
+func (g *GPU) Probing() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.act.probing
+}
+
+// takeDirect reports whether work queued directly on the image engine
+// should now be given the GPU: no job of ours holds it and nobody is
+// taking care of such work yet. If so, the caller takes care of it and
+// calls endDirect when done.
+func (g *GPU) takeDirect() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.act.job != nil || g.act.direct {
+		return false
+	}
+	g.act.direct = true
+	return true
+}
+
+func (g *GPU) endDirect() {
+	g.mu.Lock()
+	g.act.direct = false
+	g.mu.Unlock()
+}
+
+func (g *GPU) setWarming(on bool) {
+	g.mu.Lock()
+	g.act.warming = on
+	g.mu.Unlock()
+}
+
+// ImageJobRunning reports whether an image job holds the GPU now.
+func (g *GPU) ImageJobRunning() bool {
+	g.mu.Lock()
+	running := g.act.job != nil
+	g.mu.Unlock()
+	return running && g.lock.State() == lock.Image
+}
+
+// use is one exclusive use of the GPU (an image job, a hold, the start-up
+// probe, work queued directly), from the moment the lock is held until
+// end gives it back, exactly once.
+type use struct {
+	g *GPU
+	c *Config
+	// warmAfter is set once the LLM engine has been emptied for this use:
+	// the warm model is loaded again when the GPU goes back to LLM use.
+	warmAfter bool
+	// owesFree is set once image work ran that may have left memory
+	// behind: the image engine is freed before the GPU goes to LLM use
+	// (or handed over to the next exclusive user, who then owes it).
+	owesFree bool
+	ended    bool
+}
+
+// end gives the GPU back: to the next exclusive waiter directly, or to
+// LLM use, then warming the warm model if warmAfter says so.
+func (u *use) end() {
+	if u.ended {
+		return
+	}
+	u.ended = true
+	if !u.g.lock.ReleaseExclusive(u.owesFree) && u.warmAfter {
+		u.g.warm()
+	}
+}

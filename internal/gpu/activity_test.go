@@ -1,0 +1,70 @@
+package gpu
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
+)
+
+func TestWaitersShowInTheStatus(t *testing.T) {
+	t.Parallel()
+	g, _ := newFakeGPU(t, &fakeLLM{}, nil)
+	h, err := g.TakeHold(context.Background(), "test", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	waited := make(chan error)
+	go func() { waited <- g.AcquireShared(ctx) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for g.Status().OldestWaitSeconds == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiting LLM request does not show in the status")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-waited; err == nil {
+		t.Fatal("AcquireShared succeeded during a hold")
+	}
+	if st := g.Status(); st.OldestWaitSeconds != 0 || st.LLMWaiting != 0 {
+		t.Fatalf("a cancelled waiter stays in the status: %+v", st)
+	}
+	h.End("released")
+}
+
+func TestDirectWorkIsTakenOnlyWhenNoJobHoldsTheGPU(t *testing.T) {
+	t.Parallel()
+	g := New("direct", &recorder{})
+	defer g.Close()
+	g.setJob(&Job{Source: "proxy", Phase: "running", Started: time.Now()})
+	if g.takeDirect() {
+		t.Fatal("direct work taken while a job of ours holds the GPU")
+	}
+	g.setJob(nil)
+	if !g.takeDirect() || g.takeDirect() {
+		t.Fatal("direct work must be taken exactly once")
+	}
+	g.endDirect()
+	if !g.takeDirect() {
+		t.Fatal("direct work not taken again after the last ended")
+	}
+}
+
+func TestUseGivesTheGPUBackOnce(t *testing.T) {
+	t.Parallel()
+	g := New("use", &recorder{})
+	defer g.Close()
+	if err := g.lock.AcquireExclusive(context.Background(), lock.Image); err != nil {
+		t.Fatal(err)
+	}
+	u := &use{g: g, c: testConfig()}
+	u.end()
+	u.end() // a second end must not release a lock someone else may hold
+	if !g.lock.TryAcquireShared() {
+		t.Fatal("the GPU was not given back")
+	}
+	g.lock.ReleaseShared()
+}

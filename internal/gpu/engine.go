@@ -1,0 +1,112 @@
+package gpu
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// The orchestration drives the engines that share the GPU only through
+// these interfaces; ollama.go and comfy.go adapt the Ollama and ComfyUI
+// clients to them. Another engine is another adapter.
+
+// LLMEngine is an engine whose requests share the GPU.
+type LLMEngine interface {
+	// Kind is the engine's key in the status and its metrics label
+	// ("ollama"); Name is how messages call it.
+	Kind() string
+	Name() string
+	URL() string
+
+	// Loaded lists the models loaded now.
+	Loaded(ctx context.Context) ([]string, error)
+
+	// Empty unloads every model and confirms that the engine holds no
+	// GPU memory. abnormal, if not zero, is when LLM use last ended
+	// abnormally (a client gone mid-load, an upstream error): the engine's
+	// own listing may then be no proof. It returns the models unloaded,
+	// what contacting the engine gave (nil if it answered; it may be set
+	// while err is nil, for an engine not running holds nothing), and an
+	// error wrapping ErrNotEmptied if the engine was not emptied.
+	Empty(ctx context.Context, log *zap.Logger, abnormal time.Time) (unloaded []string, contact, err error)
+
+	// UnloadSoon asks the engine to unload its models without waiting
+	// for it (early_unload) and returns how many it asked for.
+	UnloadSoon(ctx context.Context) (int, error)
+
+	// Warm loads model.
+	Warm(ctx context.Context, model string) error
+}
+
+// ImageEngine is an engine whose jobs take the GPU alone.
+type ImageEngine interface {
+	// Kind is the engine's key in the status and its metrics label
+	// ("comfy"); Name is how messages and job sources call it.
+	Kind() string
+	Name() string
+	URL() string
+
+	// Watch returns a watch over the engine's events (run it with Run),
+	// which tells of queue changes as they happen; report is told when
+	// its live connection comes or goes.
+	Watch(clientID string, report func(connected bool, err error)) Watch
+
+	// Queue counts the jobs running and pending.
+	Queue(ctx context.Context) (running, pending int, err error)
+
+	// WaitJob returns when the job has ended, with its outcome
+	// (OutcomeLost if the engine no longer knows it), or when ctx ends.
+	// w, if not nil, is a watch from Watch that wakes it early.
+	WaitJob(ctx context.Context, id string, w Watch) (outcome string, err error)
+
+	// WaitIdle returns when nothing is running or pending, or when ctx
+	// ends.
+	WaitIdle(ctx context.Context, w Watch) error
+
+	// Interrupt stops the job at the engine's next chance.
+	Interrupt(ctx context.Context, id string) error
+
+	// Free frees the engine's memory and confirms it where the engine
+	// can tell (confirmed false: sent but not verifiable). An error
+	// wrapping ErrNoGPUReading says no confirmation will ever come.
+	Free(ctx context.Context) (confirmed bool, err error)
+}
+
+// Watch follows an image engine's events.
+type Watch interface {
+	Run(ctx context.Context)
+	Changed() <-chan struct{}
+	// QueueRemaining is the number of jobs queued, known once a live
+	// connection reported it.
+	QueueRemaining() (n int, known bool)
+}
+
+// OutcomeLost is the outcome of a job the engine no longer knows (it
+// restarted).
+const OutcomeLost = "lost"
+
+var (
+	// ErrNotEmptied is wrapped by the error of an LLM engine that could
+	// not be emptied.
+	ErrNotEmptied = errors.New("could not be emptied")
+
+	// ErrNoGPUReading is wrapped by the error of an engine or probe that
+	// reports no GPU memory, so its frees cannot be confirmed.
+	ErrNoGPUReading = errors.New("no GPU memory reading")
+)
+
+// marked is err, also matching mark in errors.Is, with err's message.
+type marked struct{ mark, err error }
+
+func (e marked) Error() string   { return e.err.Error() }
+func (e marked) Unwrap() []error { return []error{e.mark, e.err} }
+
+// mark makes err match mark as well, keeping its message.
+func mark(err, as error) error {
+	if err == nil {
+		return nil
+	}
+	return marked{mark: as, err: err}
+}

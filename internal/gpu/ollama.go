@@ -1,0 +1,171 @@
+package gpu
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/poll"
+)
+
+// abortSettle is how long after LLM use that ended abnormally (a client
+// gone mid-load, a warm-up cut short, an upstream error) an empty /api/ps
+// is no evidence. A model that is loading is not listed; Ollama aborts a
+// load whose client went away, and its runner exits some 300 ms later,
+// holding memory until then.
+const abortSettle = time.Second
+
+// errOllamaBusy is the error of an Ollama that could not be emptied.
+var errOllamaBusy = fmt.Errorf("ollama %w", ErrNotEmptied)
+
+// Ollama is the LLMEngine of an Ollama server.
+type Ollama struct {
+	c    *ollama.Client
+	poll time.Duration // the longest interval between /api/ps polls
+}
+
+// NewOllama adapts c; unloads are polled at most poll apart.
+func NewOllama(c *ollama.Client, poll time.Duration) *Ollama {
+	return &Ollama{c: c, poll: poll}
+}
+
+func (o *Ollama) Kind() string { return "ollama" }
+func (o *Ollama) Name() string { return "ollama" }
+func (o *Ollama) URL() string  { return o.c.URL() }
+
+// Loaded implements LLMEngine through /api/ps.
+func (o *Ollama) Loaded(ctx context.Context) ([]string, error) {
+	models, err := o.c.PS(ctx)
+	names := make([]string, len(models))
+	for i, m := range models {
+		names[i] = m.Name
+	}
+	return names, err
+}
+
+// Warm implements LLMEngine.
+func (o *Ollama) Warm(ctx context.Context, model string) error { return o.c.Warm(ctx, model, "") }
+
+// UnloadSoon sends the unloads without waiting for them: Ollama carries
+// each out once the model's running requests have finished.
+func (o *Ollama) UnloadSoon(ctx context.Context) (int, error) {
+	models, err := o.c.PS(ctx)
+	if err != nil {
+		return 0, err
+	}
+	for _, m := range models {
+		o.c.Unload(ctx, m.Name)
+	}
+	return len(models), nil
+}
+
+// Empty implements LLMEngine. Normally an empty /api/ps is the
+// confirmation. After abnormal LLM use it is confirmed as
+// confirmAfterAbort says; and a refused connection counts as empty only as
+// confirmNotRunning says.
+func (o *Ollama) Empty(ctx context.Context, log *zap.Logger, abnormal time.Time) ([]string, error, error) {
+	names, err := o.c.UnloadAll(ctx, o.poll)
+	if err == nil && !abnormal.IsZero() {
+		var more []string
+		more, err = o.confirmAfterAbort(ctx, abnormal)
+		names = append(names, more...)
+	}
+	contact := err
+	if err != nil && jsonhttp.Refused(err) {
+		err = o.confirmNotRunning(ctx, log, err)
+	}
+	return names, contact, err
+}
+
+// confirmAfterAbort confirms that Ollama is empty after LLM use that ended
+// abnormally at since: it waits until abortSettle has passed, then until
+// /api/ps lists nothing and, for an Ollama on this host, no runner process
+// of it is alive, both at once. Models that appear meanwhile (a load that
+// finished after all) are unloaded.
+func (o *Ollama) confirmAfterAbort(ctx context.Context, since time.Time) ([]string, error) {
+	if err := sleepCtx(ctx, time.Until(since.Add(abortSettle))); err != nil {
+		return nil, fmt.Errorf("%w: the deadline passed while an aborted load could still be running", errOllamaBusy)
+	}
+	var names []string
+	pace := poll.New(o.poll)
+	for {
+		more, err := o.c.UnloadAll(ctx, o.poll)
+		names = append(names, more...)
+		if err != nil {
+			return names, err
+		}
+		runners, visible, rerr := o.c.LocalRunners(ctx)
+		if !visible || (rerr == nil && len(runners) == 0) {
+			return names, nil
+		}
+		if pace.Wait(ctx) != nil {
+			if rerr != nil {
+				return names, fmt.Errorf("%w: its runner processes could not be listed: %v", errOllamaBusy, rerr)
+			}
+			return names, fmt.Errorf("%w: it lists no model, but %s still alive: a load may still be running", errOllamaBusy, describeRunners(runners))
+		}
+	}
+}
+
+// confirmNotRunning decides what an Ollama that refuses connections holds.
+// Its runners outlive an `ollama serve` killed with SIGKILL, holding their
+// memory, so a refusing local Ollama is empty only once no runner process
+// of it is alive. For an Ollama on another host nothing more can be seen:
+// it counts as empty (min_free_vram, if set, still checks the card).
+func (o *Ollama) confirmNotRunning(ctx context.Context, log *zap.Logger, refused error) error {
+	pace := poll.New(o.poll)
+	logged := false
+	for {
+		runners, visible, err := o.c.LocalRunners(ctx)
+		switch {
+		case !visible:
+			log.Warn("ollama refuses connections: counted as not running; its processes are on another host and cannot be checked", zap.Error(refused))
+			return nil
+		case err == nil && len(runners) == 0:
+			log.Warn("ollama refuses connections and no runner of it is alive: not running, so holding no GPU memory", zap.Error(refused))
+			return nil
+		case err == nil && !logged:
+			logged = true
+			log.Warn("ollama refuses connections, but runner processes of it are alive and hold GPU memory; waiting for them to exit",
+				zap.String("runners", describeRunners(runners)))
+		}
+		if pace.Wait(ctx) != nil {
+			if err != nil {
+				return fmt.Errorf("%w: it refuses connections and its runner processes could not be listed: %v", errOllamaBusy, err)
+			}
+			return fmt.Errorf("%w: it refuses connections, but %s still alive, holding GPU memory (was ollama serve killed without its runners?)", errOllamaBusy, describeRunners(runners))
+		}
+	}
+}
+
+func describeRunners(rs []ollama.Runner) string {
+	if len(rs) == 1 {
+		return fmt.Sprintf("its runner process %d (%s) is", rs[0].PID, rs[0].Model)
+	}
+	pids := make([]int32, len(rs))
+	for i, r := range rs {
+		pids[i] = r.PID
+	}
+	return fmt.Sprintf("%d runner processes of it %v are", len(rs), pids)
+}
+
+// sleepCtx waits d, or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+var _ LLMEngine = (*Ollama)(nil)
