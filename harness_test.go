@@ -11,6 +11,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -172,14 +173,25 @@ func loadCaddyfile(caddyfile string) error {
 	return caddy.Load(cfg, true)
 }
 
+// usedPorts are the ports freePort has handed out in this process. None is
+// handed out twice: a previous test's Caddy may still be letting go of its
+// listeners (graceful shutdown), and a request to a reused port could reach
+// that old server instead of the new one.
+var usedPorts sync.Map
+
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if _, used := usedPorts.LoadOrStore(port, true); !used {
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // ts returns the default turnstile's runtime.

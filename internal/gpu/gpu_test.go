@@ -296,3 +296,37 @@ func TestStartUpProbeHoldsTheGPUForQueuedWork(t *testing.T) {
 	}
 	t.Fatal("an LLM request had the GPU while the start-up probe held it")
 }
+
+// A hold that inherits a free from the job before it settles the debt only
+// with a free that did its job; a free that failed is made again when the
+// hold ends, before LLM use.
+func TestHoldKeepsTheFreeDebtWhenItsFreeFails(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, func(c *Config) { c.FreeTimeout = 300 * time.Millisecond })
+	f.comfy.Submit(300 * time.Millisecond) // work queued directly: the GPU is ComfyUI's
+	f.waitState(t, "the direct job holds the GPU", func(st Status) bool { return st.State == "image" })
+	f.comfy.SetFreeStuck(true)
+	held := make(chan *Hold, 1)
+	go func() {
+		h, err := f.g.TakeHold(context.Background(), "game", time.Minute)
+		if err != nil {
+			t.Error(err)
+		}
+		held <- h
+	}()
+	h := <-held
+	if h == nil {
+		return
+	}
+	if f.comfy.Reserved() == 0 {
+		t.Fatal("the stuck free freed")
+	}
+	f.comfy.SetFreeStuck(false)
+	frees := f.comfy.Frees()
+	h.End("released")
+	f.waitState(t, "idle after the hold", func(st Status) bool { return st.State == "idle" })
+	if f.comfy.Frees() == frees || f.comfy.Reserved() != 0 {
+		t.Fatalf("no free after the hold (frees %d -> %d, reserved %d): the failed free's debt was dropped",
+			frees, f.comfy.Frees(), f.comfy.Reserved())
+	}
+}

@@ -80,8 +80,9 @@ func (g *GPU) prepareHold(ctx context.Context, u *use) error {
 	if err := g.emptyForExclusive(u.c); err != nil {
 		return err
 	}
-	if u.c.Image != nil {
-		g.Free()
+	// The debt is settled only by a free that did its job; otherwise it
+	// is owed again when the hold ends.
+	if u.c.Image != nil && g.free() {
 		g.lock.Paid()
 	}
 	if err := ctx.Err(); err != nil {

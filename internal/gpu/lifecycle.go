@@ -40,10 +40,16 @@ func (g *GPU) acquireExclusive(ctx context.Context, kind lock.Kind) error {
 
 // Free implements lock.Effects: ComfyUI's memory is freed, and the free
 // confirmed, before the GPU leaves exclusive use.
-func (g *GPU) Free() {
+func (g *GPU) Free() { g.free() }
+
+// free frees the image engine and reports whether it did its job: the free
+// was confirmed or could not be checked, or the engine is not running.
+// False means it may still hold memory: the free was not confirmed within
+// free_timeout, or failed.
+func (g *GPU) free() (done bool) {
 	c := g.cfg()
 	if c == nil || c.Image == nil || g.ctx.Err() != nil {
-		return // no ComfyUI, or Caddy is stopping and nobody will use the GPU after
+		return true // no ComfyUI, or Caddy is stopping and nobody will use the GPU after
 	}
 	ctx, cancel := context.WithTimeout(g.ctx, c.FreeTimeout)
 	defer cancel()
@@ -76,7 +82,9 @@ func (g *GPU) Free() {
 		g.metrics.UpstreamError(c.Image.Kind(), "free")
 		g.log().Error(c.Image.Name()+" free not confirmed within free_timeout; releasing the GPU anyway",
 			zap.Duration("free_timeout", c.FreeTimeout), zap.Error(err))
+		return false
 	}
+	return true
 }
 
 // reportNoGPUReading says once, in the log and the status, that ComfyUI
