@@ -319,7 +319,7 @@ func bareTurnstile(t testing.TB, s Settings) (*turnstile, *observer.ObservedLogs
 	ts.cfgp.Store(c)
 	core, logs := observer.New(zap.WarnLevel)
 	ts.logp.Store(zap.New(core))
-	if err := ts.lock.AcquireExclusive(context.Background(), lock.Hold); err != nil {
+	if err := ts.lock.AcquireExclusive(context.Background(), lock.ExternalHold); err != nil {
 		t.Fatal(err)
 	}
 	return ts, logs

@@ -354,3 +354,15 @@ func (h *harness) releaseHold(t *testing.T, id string) {
 	}
 	resp.Body.Close()
 }
+
+// runtimeOf finds a turnstile's runtime in the process-wide pool.
+func runtimeOf(name string) *turnstile {
+	var ts *turnstile
+	turnstiles.Range(func(k, v any) bool {
+		if k.(string) == name {
+			ts = v.(*turnstile)
+		}
+		return ts == nil
+	})
+	return ts
+}

@@ -36,7 +36,7 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 	job, err := ts.BeginImage(r.Context())
 	ticket.stopWaiting()
 	if err != nil {
-		return caddyhttp.Error(statusClientClosed, fmt.Errorf("gpu_turnstile: client went away after waiting %v for the GPU", time.Since(start).Round(time.Millisecond)))
+		return clientGone("after waiting %v for the GPU", time.Since(start).Round(time.Millisecond))
 	}
 	// From here on every path ends the job, which gives the lock back.
 	c = ts.cfg()
@@ -46,7 +46,7 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 	}
 	if r.Context().Err() != nil {
 		job.End("cancelled")
-		return caddyhttp.Error(statusClientClosed, fmt.Errorf("gpu_turnstile: client went away while Ollama unloaded"))
+		return clientGone("while Ollama unloaded")
 	}
 	job.Submitting()
 

@@ -24,6 +24,12 @@ const waitBodyLimit = 8 << 20
 // statusClientClosed is the status Caddy logs for a client that went away.
 const statusClientClosed = 499
 
+// clientGone is the error for a request whose client went away; when, as
+// in "after waiting 2s for the GPU", is formatted from format and args.
+func clientGone(format string, args ...any) error {
+	return caddyhttp.Error(statusClientClosed, fmt.Errorf("gpu_turnstile: client went away "+format, args...))
+}
+
 // serveLLM serves a request that shares the GPU with other LLM requests.
 func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	ts := h.ts
@@ -63,7 +69,7 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 	waited := time.Since(start)
 	if err != nil {
 		if r.Context().Err() != nil {
-			return caddyhttp.Error(statusClientClosed, fmt.Errorf("gpu_turnstile: client went away after waiting %v for the GPU", waited.Round(time.Millisecond)))
+			return clientGone("after waiting %v for the GPU", waited.Round(time.Millisecond))
 		}
 		ts.metrics.busyTimeout.Inc()
 		ts.log().Warn("LLM request waited llm_wait_timeout for the GPU; answered busy",

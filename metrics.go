@@ -173,7 +173,7 @@ func newTurnstileMetrics(name string) *turnstileMetrics {
 }
 
 // Waited implements gpu.Metrics.
-func (m *turnstileMetrics) Waited(kind lock.Kind, d time.Duration) {
+func (m *turnstileMetrics) Waited(kind lock.State, d time.Duration) {
 	if kind == lock.Hold {
 		m.waitHold.Observe(d.Seconds())
 	} else {

@@ -41,9 +41,9 @@ type App struct {
 	// option makes the one named "default".
 	Turnstiles map[string]*Settings `json:"turnstiles,omitempty"`
 
-	configs map[string]*config
-	taken   []string
-	logger  *zap.Logger
+	configs  map[string]*config
+	runtimes map[string]*turnstile // the pooled runtimes this config holds a reference to
+	logger   *zap.Logger
 }
 
 // CaddyModule returns the Caddy module information.
@@ -63,6 +63,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("gpu_turnstile: registering metrics: %v", err)
 	}
 	a.configs = map[string]*config{}
+	a.runtimes = map[string]*turnstile{}
 	for _, name := range a.names() {
 		s := a.Turnstiles[name]
 		if s == nil {
@@ -76,12 +77,13 @@ func (a *App) Provision(ctx caddy.Context) error {
 			return fmt.Errorf("gpu_turnstile %s: %v", name, err)
 		}
 		a.configs[name] = c
-		if _, _, err := turnstiles.LoadOrNew(name, func() (caddy.Destructor, error) {
+		ts, _, err := turnstiles.LoadOrNew(name, func() (caddy.Destructor, error) {
 			return newTurnstile(name), nil
-		}); err != nil {
+		})
+		if err != nil {
 			return err
 		}
-		a.taken = append(a.taken, name)
+		a.runtimes[name] = ts.(*turnstile)
 	}
 	return nil
 }
@@ -98,7 +100,7 @@ func (a *App) names() []string {
 // Start makes this config's settings current for each turnstile.
 func (a *App) Start() error {
 	for _, name := range a.names() {
-		ts := runtimeOf(name)
+		ts := a.runtimes[name]
 		c := a.configs[name]
 		log := a.logger.With(zap.String("turnstile", name))
 		ts.apply(c, log)
@@ -125,24 +127,13 @@ func (a *App) Stop() error { return nil }
 // Cleanup drops this config's references; the last one out (Caddy stops)
 // ends the turnstile's background work.
 func (a *App) Cleanup() error {
-	for _, name := range a.taken {
+	for name := range a.runtimes {
 		if _, err := turnstiles.Delete(name); err != nil {
 			a.logger.Error("releasing turnstile", zap.String("turnstile", name), zap.Error(err))
 		}
 	}
-	a.taken = nil
+	a.runtimes = nil
 	return nil
-}
-
-func runtimeOf(name string) *turnstile {
-	var ts *turnstile
-	turnstiles.Range(func(k, v any) bool {
-		if k.(string) == name {
-			ts = v.(*turnstile)
-		}
-		return ts == nil
-	})
-	return ts
 }
 
 // lookupTurnstile returns the runtime of the named turnstile of the
@@ -156,14 +147,15 @@ func lookupTurnstile(ctx caddy.Context, name string) (*turnstile, error) {
 		return nil, fmt.Errorf("gpu_turnstile: loading the app: %v", err)
 	}
 	app := appIface.(*App)
-	if _, ok := app.configs[name]; !ok {
+	ts, ok := app.runtimes[name]
+	if !ok {
 		known := app.names()
 		if len(known) == 0 {
 			return nil, fmt.Errorf("gpu_turnstile: no turnstile named %q: add the global option `gpu_turnstile { ollama ... comfy ... }`", name)
 		}
 		return nil, fmt.Errorf("gpu_turnstile: no turnstile named %q (configured: %v)", name, known)
 	}
-	return runtimeOf(name), nil
+	return ts, nil
 }
 
 // Handler is the gpu_turnstile middleware. It classifies each request,

@@ -51,8 +51,22 @@ func (s State) String() string {
 	return "unknown"
 }
 
-// Kind is the kind of an exclusive holder: Image or Hold.
-type Kind = State
+// Kind is the kind of an exclusive holder: an image job or an external
+// hold. It is its own type, so that neither Idle nor LLM can be passed
+// where an exclusive kind is wanted.
+type Kind uint8
+
+// The kinds of exclusive holders, each named for the state it puts the
+// lock in.
+const (
+	ImageJob     = Kind(Image)
+	ExternalHold = Kind(Hold)
+)
+
+// State is the state an exclusive holder of this kind puts the lock in.
+func (k Kind) State() State { return State(k) }
+
+func (k Kind) String() string { return k.State().String() }
 
 // Effects performs the side effects the lock orders. The lock calls them
 // without holding its mutex, except Transition.
@@ -82,11 +96,11 @@ type Lock struct {
 	opts    Options
 
 	mu       sync.Mutex
-	shared   int  // shared holders
-	excl     Kind // the exclusive holder's kind, or Idle for none
-	freeing  bool // a Free is running for the last exclusive holder
-	owesFree bool // ComfyUI may still hold a previous image job's models
-	streak   int  // exclusive grants in a row while shared waiters waited
+	shared   int   // shared holders
+	excl     State // the exclusive holder's state (Image or Hold), or Idle for none
+	freeing  bool  // a Free is running for the last exclusive holder
+	owesFree bool  // ComfyUI may still hold a previous image job's models
+	streak   int   // exclusive grants in a row while shared waiters waited
 	exclQ    list.List
 	qKinds   [4]int // queued exclusive waiters per kind
 
@@ -182,8 +196,8 @@ func (l *Lock) ReleaseShared() {
 // holds nothing. A context already done gets nothing, even when the lock
 // is free: Ollama must not be emptied for a client that has gone.
 func (l *Lock) AcquireExclusive(ctx context.Context, kind Kind) error {
-	if kind != Image && kind != Hold {
-		panic("lock: exclusive kind must be Image or Hold")
+	if kind != ImageJob && kind != ExternalHold {
+		panic("lock: exclusive kind must be ImageJob or ExternalHold")
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -365,12 +379,12 @@ func (l *Lock) grantNextExclusive(from State) bool {
 }
 
 func (l *Lock) grantExclusive(kind Kind, from State) {
-	l.excl = kind
+	l.excl = kind.State()
 	if l.sharedQ > 0 {
 		l.streak++
 	}
-	if from != kind {
-		l.effects.Transition(from, kind)
+	if from != l.excl {
+		l.effects.Transition(from, l.excl)
 	}
 }
 

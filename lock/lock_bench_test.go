@@ -72,7 +72,7 @@ func BenchmarkExclusiveHandOver(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		l.AcquireExclusive(ctx, Image)
+		l.AcquireExclusive(ctx, ImageJob)
 		l.ReleaseExclusive(false)
 	}
 }
@@ -85,7 +85,7 @@ func BenchmarkWake10000(b *testing.B) {
 	for range b.N {
 		l := New(nopEffects{}, Options{})
 		ctx := context.Background()
-		l.AcquireExclusive(ctx, Image)
+		l.AcquireExclusive(ctx, ImageJob)
 		var wg sync.WaitGroup
 		for range n {
 			wg.Add(1)

@@ -62,7 +62,7 @@ func acquireAsync(l *Lock, ctx context.Context, kind State) <-chan error {
 		if kind == LLM {
 			done <- l.AcquireShared(ctx)
 		} else {
-			done <- l.AcquireExclusive(ctx, kind)
+			done <- l.AcquireExclusive(ctx, Kind(kind))
 		}
 	}()
 	return done
@@ -92,21 +92,21 @@ func TestTransitions(t *testing.T) {
 			l.ReleaseShared()
 		}, []string{"idle>llm", "llm>idle"}, 0},
 		{"image without job owes nothing", func(l *Lock) {
-			l.AcquireExclusive(bg, Image)
+			l.AcquireExclusive(bg, ImageJob)
 			l.ReleaseExclusive(false)
 		}, []string{"idle>image", "image>idle"}, 0},
 		{"image with job frees", func(l *Lock) {
-			l.AcquireExclusive(bg, Image)
+			l.AcquireExclusive(bg, ImageJob)
 			l.ReleaseExclusive(true)
 		}, []string{"idle>image", "image>idle"}, 1},
 		{"hold", func(l *Lock) {
-			l.AcquireExclusive(bg, Hold)
+			l.AcquireExclusive(bg, ExternalHold)
 			l.ReleaseExclusive(false)
 		}, []string{"idle>hold", "hold>idle"}, 0},
 		{"hold pays debt itself", func(l *Lock) {
-			l.AcquireExclusive(bg, Image)
+			l.AcquireExclusive(bg, ImageJob)
 			l.ReleaseExclusive(true) // pays
-			l.AcquireExclusive(bg, Hold)
+			l.AcquireExclusive(bg, ExternalHold)
 			l.Paid()
 			l.ReleaseExclusive(false)
 		}, []string{"idle>image", "image>idle", "idle>hold", "hold>idle"}, 1},
@@ -204,9 +204,9 @@ func TestExclusiveWaitersAreFIFO(t *testing.T) {
 	for i := range 5 {
 		// Queue each only after the previous is visible, so arrival order is known.
 		wg.Add(1)
-		kind := Image
+		kind := ImageJob
 		if i%2 == 1 {
-			kind = Hold
+			kind = ExternalHold
 		}
 		go func() {
 			defer wg.Done()
@@ -232,7 +232,7 @@ func TestHandOverCarriesTheDebt(t *testing.T) {
 	r := &recorder{}
 	l := New(r, Options{})
 	bg := context.Background()
-	l.AcquireExclusive(bg, Image)
+	l.AcquireExclusive(bg, ImageJob)
 	next := acquireAsync(l, bg, Image)
 	waitFor(t, l, "second image", func(s Snapshot) bool { return s.ImageWaiting == 1 })
 	if !l.ReleaseExclusive(true) {
@@ -262,7 +262,7 @@ func TestCancelledWaiterLeavesAtOnce(t *testing.T) {
 		t.Run(kind.String(), func(t *testing.T) {
 			l := New(&recorder{}, Options{})
 			bg := context.Background()
-			l.AcquireExclusive(bg, Image)
+			l.AcquireExclusive(bg, ImageJob)
 			ctx, cancel := context.WithCancel(bg)
 			ch := acquireAsync(l, ctx, kind)
 			waitFor(t, l, "waiter", func(s Snapshot) bool {
@@ -311,7 +311,7 @@ func TestCancelRacingGrant(t *testing.T) {
 		r := &recorder{}
 		l := New(r, Options{})
 		bg := context.Background()
-		l.AcquireExclusive(bg, Image)
+		l.AcquireExclusive(bg, ImageJob)
 		ctx, cancel := context.WithCancel(bg)
 		kind := []State{LLM, Image, Hold}[i%3]
 		ch := acquireAsync(l, ctx, kind)
@@ -343,7 +343,7 @@ func TestWaiterArrivingDuringFreeIsServedAfterIt(t *testing.T) {
 	inFree := make(chan struct{})
 	proceed := make(chan struct{})
 	r.onFree = func() { close(inFree); <-proceed }
-	l.AcquireExclusive(bg, Image)
+	l.AcquireExclusive(bg, ImageJob)
 	released := make(chan bool)
 	go func() { released <- l.ReleaseExclusive(true) }()
 	<-inFree
@@ -374,7 +374,7 @@ func TestWaiterArrivingDuringFreeIsServedAfterIt(t *testing.T) {
 func TestMaxExclusiveStreakGivesLLMATurn(t *testing.T) {
 	l := New(&recorder{}, Options{MaxExclusiveStreak: 2})
 	bg := context.Background()
-	l.AcquireExclusive(bg, Image) // a job runs
+	l.AcquireExclusive(bg, ImageJob) // a job runs
 	llm := acquireAsync(l, bg, LLM)
 	waitFor(t, l, "llm waiter", func(s Snapshot) bool { return s.SharedWaiting == 1 })
 	imgs := make([]<-chan error, 3)
@@ -409,7 +409,7 @@ func TestMaxExclusiveStreakGivesLLMATurn(t *testing.T) {
 func TestStrictPriorityByDefault(t *testing.T) {
 	l := New(&recorder{}, Options{})
 	bg := context.Background()
-	l.AcquireExclusive(bg, Image)
+	l.AcquireExclusive(bg, ImageJob)
 	llm := acquireAsync(l, bg, LLM)
 	waitFor(t, l, "llm waiter", func(s Snapshot) bool { return s.SharedWaiting == 1 })
 	for i := range 5 {
@@ -430,7 +430,9 @@ func TestMisuse(t *testing.T) {
 	for name, f := range map[string]func(l *Lock){
 		"release shared unheld":    func(l *Lock) { l.ReleaseShared() },
 		"release exclusive unheld": func(l *Lock) { l.ReleaseExclusive(false) },
-		"exclusive kind llm":       func(l *Lock) { l.AcquireExclusive(context.Background(), LLM) },
+		// LLM and Idle no longer compile as a Kind; only a conversion
+		// gets one in.
+		"exclusive kind llm": func(l *Lock) { l.AcquireExclusive(context.Background(), Kind(LLM)) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {
@@ -511,7 +513,7 @@ func TestRandomisedExclusion(t *testing.T) {
 								err = l.AcquireShared(ctx)
 							}
 						} else {
-							err = l.AcquireExclusive(ctx, kind)
+							err = l.AcquireExclusive(ctx, Kind(kind))
 						}
 						cancel()
 						if err != nil {
@@ -548,7 +550,7 @@ func TestDoneContextTakesNothing(t *testing.T) {
 	l := New(rec, Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	for _, kind := range []State{Image, Hold} {
+	for _, kind := range []Kind{ImageJob, ExternalHold} {
 		if err := l.AcquireExclusive(ctx, kind); err == nil {
 			t.Fatalf("%v granted to a done context", kind)
 		}

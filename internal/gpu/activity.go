@@ -31,13 +31,13 @@ type activity struct {
 
 // waiter is a request waiting for the GPU.
 type waiter struct {
-	kind  lock.Kind
+	kind  lock.State
 	since time.Time
 }
 
 // wait records a request that starts to wait for the GPU; the returned
 // func records the end of its wait.
-func (g *GPU) wait(kind lock.Kind, since time.Time) (done func()) {
+func (g *GPU) wait(kind lock.State, since time.Time) (done func()) {
 	g.mu.Lock()
 	g.act.lastID++
 	id := g.act.lastID

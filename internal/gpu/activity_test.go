@@ -57,7 +57,7 @@ func TestUseGivesTheGPUBackOnce(t *testing.T) {
 	t.Parallel()
 	g := New("use", &recorder{})
 	defer g.Close()
-	if err := g.lock.AcquireExclusive(context.Background(), lock.Image); err != nil {
+	if err := g.lock.AcquireExclusive(context.Background(), lock.ImageJob); err != nil {
 		t.Fatal(err)
 	}
 	u := &use{g: g, c: testConfig()}

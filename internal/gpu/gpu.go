@@ -48,7 +48,7 @@ type Config struct {
 // cheap and safe for concurrent use.
 type Metrics interface {
 	// Waited reports how long an exclusive user (image job, hold) waited.
-	Waited(kind lock.Kind, d time.Duration)
+	Waited(kind lock.State, d time.Duration)
 	// Step reports a timed step: "unload", "free" or "warm".
 	Step(step string, d time.Duration)
 	// UpstreamError counts a failed call to an upstream ("ollama",

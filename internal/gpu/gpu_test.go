@@ -23,12 +23,12 @@ type recorder struct {
 	jobs   []string
 	holds  []string
 	errors []string
-	waits  []lock.Kind
+	waits  []lock.State
 }
 
-func (r *recorder) Waited(kind lock.Kind, _ time.Duration) { r.add(&r.waits, kind) }
-func (r *recorder) Step(step string, _ time.Duration)      { r.add(&r.steps, step) }
-func (r *recorder) UpstreamError(up, op string)            { r.add(&r.errors, up+" "+op) }
+func (r *recorder) Waited(kind lock.State, _ time.Duration) { r.add(&r.waits, kind) }
+func (r *recorder) Step(step string, _ time.Duration)       { r.add(&r.steps, step) }
+func (r *recorder) UpstreamError(up, op string)             { r.add(&r.errors, up+" "+op) }
 func (r *recorder) JobEnded(outcome string, _ time.Duration) {
 	r.add(&r.jobs, outcome)
 }
@@ -40,8 +40,8 @@ func (r *recorder) add(to any, v any) {
 	switch to := to.(type) {
 	case *[]string:
 		*to = append(*to, v.(string))
-	case *[]lock.Kind:
-		*to = append(*to, v.(lock.Kind))
+	case *[]lock.State:
+		*to = append(*to, v.(lock.State))
 	}
 }
 

@@ -52,7 +52,7 @@ var ErrHoldPrepare = errors.New("the GPU could not be emptied for the hold")
 // went away), no hold is left behind.
 func (g *GPU) TakeHold(ctx context.Context, owner string, ttl time.Duration) (*Hold, error) {
 	start := time.Now()
-	if err := g.acquireExclusive(ctx, lock.Hold); err != nil {
+	if err := g.acquireExclusive(ctx, lock.ExternalHold); err != nil {
 		g.metrics.HoldEvent("cancelled")
 		return nil, err
 	}

@@ -30,7 +30,7 @@ type ImageJob struct {
 
 // BeginImage waits, until ctx ends, for the GPU alone for an image prompt.
 func (g *GPU) BeginImage(ctx context.Context) (*ImageJob, error) {
-	if err := g.acquireExclusive(ctx, lock.Image); err != nil {
+	if err := g.acquireExclusive(ctx, lock.ImageJob); err != nil {
 		return nil, err
 	}
 	j := &ImageJob{use: use{g: g, c: g.cfg()}, started: time.Now(), source: "proxy"}

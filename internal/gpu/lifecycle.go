@@ -28,13 +28,13 @@ func (g *GPU) acquireExclusive(ctx context.Context, kind lock.Kind) error {
 		g.spawn(func() { g.unloadEarly(c) })
 	}
 	start := time.Now()
-	done := g.wait(kind, start)
+	done := g.wait(kind.State(), start)
 	err := g.lock.AcquireExclusive(ctx, kind)
 	done()
 	if err != nil {
 		return err
 	}
-	g.metrics.Waited(kind, time.Since(start))
+	g.metrics.Waited(kind.State(), time.Since(start))
 	return nil
 }
 

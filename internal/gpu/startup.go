@@ -19,7 +19,7 @@ func (g *GPU) startUp(c *Config) {
 		g.spawn(func() { g.probeLLM(c) })
 	}
 	if c.Image != nil {
-		if err := g.lock.AcquireExclusive(g.ctx, lock.Image); err == nil {
+		if err := g.lock.AcquireExclusive(g.ctx, lock.ImageJob); err == nil {
 			g.act.probing = true
 			g.act.job = &Job{Source: c.Image.Name(), Phase: "start-up probe", Started: time.Now()}
 			u := &use{g: g, c: c}
@@ -127,7 +127,7 @@ func (g *GPU) runDirect() {
 	defer g.endDirect()
 	c := g.cfg()
 	g.log().Info(c.Image.Name() + " has work that did not come through the turnstile; taking the GPU for it")
-	if err := g.acquireExclusive(g.ctx, lock.Image); err != nil {
+	if err := g.acquireExclusive(g.ctx, lock.ImageJob); err != nil {
 		return
 	}
 	u := &use{g: g, c: c}
