@@ -3,7 +3,6 @@ package turnstile
 import (
 	"encoding/json"
 	"regexp"
-	"strconv"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -11,7 +10,6 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/dustin/go-humanize"
 )
 
 func init() {
@@ -95,181 +93,6 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 	}
 	app.Turnstiles[name] = s
 	return httpcaddyfile.App{Name: "gpu_turnstile", Value: caddyconfig.JSON(app, nil)}, nil
-}
-
-func parseSetting(d *caddyfile.Dispenser, s *Settings) error {
-	opt := d.Val()
-	durations := map[string]*caddy.Duration{
-		"busy_retry_after":      &s.BusyRetryAfter,
-		"llm_wait_timeout":      &s.LLMWaitTimeout,
-		"unload_timeout":        &s.UnloadTimeout,
-		"job_timeout":           &s.JobTimeout,
-		"interrupt_grace":       &s.InterruptGrace,
-		"free_timeout":          &s.FreeTimeout,
-		"warm_timeout":          &s.WarmTimeout,
-		"unload_poll_interval":  &s.UnloadPollInterval,
-		"history_poll_interval": &s.HistoryPollInterval,
-		"probe_timeout":         &s.ProbeTimeout,
-	}
-	if opt == "busy_retry_after" {
-		args := d.RemainingArgs()
-		if len(args) == 0 {
-			return d.Errf("busy_retry_after: missing value")
-		}
-		if args[0] == "auto" {
-			s.BusyRetryAfterAuto = true
-			switch len(args) {
-			case 1:
-				return nil
-			case 2:
-				return parseDuration(d, "busy_retry_after auto", args[1], &s.BusyRetryAfter)
-			}
-			return d.Errf("busy_retry_after: want `auto [MAX]` or one duration")
-		}
-		if len(args) != 1 {
-			return d.Errf("busy_retry_after: one value expected, got more")
-		}
-		return parseDuration(d, opt, args[0], &s.BusyRetryAfter)
-	}
-	if dst, ok := durations[opt]; ok {
-		v, err := oneArg(d)
-		if err != nil {
-			return err
-		}
-		return parseDuration(d, opt, v, dst)
-	}
-	switch opt {
-	case "ollama", "comfy":
-		// An empty value (no argument, or an empty environment variable)
-		// disables the consumer.
-		var v string
-		if d.NextArg() {
-			v = d.Val()
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-		}
-		if opt == "ollama" {
-			s.Ollama = v
-		} else {
-			s.Comfy = v
-		}
-		if v != "" {
-			if _, err := (Settings{Ollama: v}).validate(); err != nil {
-				return d.Errf("%s: invalid URL %q: want http(s)://host:port", opt, v)
-			}
-		}
-	case "llm_busy_mode":
-		v, err := oneArg(d)
-		if err != nil {
-			return err
-		}
-		if v != "wait" && v != "reject" {
-			return d.Errf("llm_busy_mode: %q is neither wait nor reject", v)
-		}
-		s.LLMBusyMode = v
-	case "llm_busy_status":
-		v, err := oneArg(d)
-		if err != nil {
-			return err
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 400 || n > 599 {
-			return d.Errf("llm_busy_status: %q is not a status from 400 to 599", v)
-		}
-		s.LLMBusyStatus = n
-	case "warm_model":
-		v, err := oneArg(d)
-		if err != nil {
-			return err
-		}
-		s.WarmModel = v
-	case "backoff":
-		args := d.RemainingArgs()
-		if len(args) != 2 {
-			return d.Errf("backoff: want two durations, initial and max (e.g. backoff 1s 60s)")
-		}
-		if err := parseDuration(d, "backoff initial", args[0], &s.BackoffInitial); err != nil {
-			return err
-		}
-		if err := parseDuration(d, "backoff max", args[1], &s.BackoffMax); err != nil {
-			return err
-		}
-		if s.BackoffMax < s.BackoffInitial {
-			return d.Errf("backoff: max %s is less than initial %s", args[1], args[0])
-		}
-	case "prompt_capture_limit":
-		v, err := oneArg(d)
-		if err != nil {
-			return err
-		}
-		n, err := humanize.ParseBytes(v)
-		if err != nil || n < 64 || n > maxPromptCaptureLimit {
-			return d.Errf("prompt_capture_limit: %q is not a size from 64B to 1GiB (e.g. 64KiB)", v)
-		}
-		s.PromptCaptureLimit = int64(n)
-	case "min_free_vram":
-		v, err := oneArg(d)
-		if err != nil {
-			return err
-		}
-		n, err := humanize.ParseBytes(v)
-		if err != nil || n == 0 {
-			return d.Errf("min_free_vram: %q is not a size (e.g. 20GiB)", v)
-		}
-		s.MinFreeVRAM = int64(n)
-	case "vram_probe":
-		args := d.RemainingArgs()
-		if len(args) < 1 || len(args) > 2 || (args[0] != "comfy" && args[0] != "nvidia-smi") {
-			return d.Errf("vram_probe: want comfy|nvidia-smi [GPU_INDEX]")
-		}
-		s.VRAMProbe = args[0]
-		if len(args) == 2 {
-			n, err := strconv.Atoi(args[1])
-			if err != nil || n < 0 {
-				return d.Errf("vram_probe: GPU index %q is not a whole number >= 0", args[1])
-			}
-			s.GPUIndex = n
-		}
-	case "early_unload":
-		if d.NextArg() {
-			return d.ArgErr()
-		}
-		s.EarlyUnload = true
-	case "max_image_streak":
-		v, err := oneArg(d)
-		if err != nil {
-			return err
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return d.Errf("max_image_streak: %q is not a whole number >= 0", v)
-		}
-		s.MaxImageStreak = n
-	case "wait_buffer_limit":
-		v, err := oneArg(d)
-		if err != nil {
-			return err
-		}
-		n, err := humanize.ParseBytes(v)
-		if err != nil || n == 0 || n > maxWaitBufferLimit {
-			return d.Errf("wait_buffer_limit: %q is not a size from 1B to 1TiB (e.g. 256MiB)", v)
-		}
-		s.WaitBufferLimit = int64(n)
-	case "max_waiting":
-		v, err := oneArg(d)
-		if err != nil {
-			return err
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return d.Errf("max_waiting: %q is not a whole number >= 1", v)
-		}
-		s.MaxWaiting = n
-	default:
-		return d.Errf("gpu_turnstile: unknown option %q", opt)
-	}
-	return nil
 }
 
 func oneArg(d *caddyfile.Dispenser) (string, error) {

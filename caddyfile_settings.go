@@ -1,0 +1,200 @@
+package turnstile
+
+import (
+	"strconv"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/dustin/go-humanize"
+)
+
+// parseSetting parses one option of the global gpu_turnstile block; d is
+// on the option's name.
+func parseSetting(d *caddyfile.Dispenser, s *Settings) error {
+	opt := d.Val()
+	if dst, ok := durationSettings(s)[opt]; ok {
+		v, err := oneArg(d)
+		if err != nil {
+			return err
+		}
+		return parseDuration(d, opt, v, dst)
+	}
+	parse, ok := settingParsers[opt]
+	if !ok {
+		return d.Errf("gpu_turnstile: unknown option %q", opt)
+	}
+	return parse(d, s)
+}
+
+// durationSettings are the options that take one duration.
+func durationSettings(s *Settings) map[string]*caddy.Duration {
+	return map[string]*caddy.Duration{
+		"llm_wait_timeout":      &s.LLMWaitTimeout,
+		"unload_timeout":        &s.UnloadTimeout,
+		"job_timeout":           &s.JobTimeout,
+		"interrupt_grace":       &s.InterruptGrace,
+		"free_timeout":          &s.FreeTimeout,
+		"warm_timeout":          &s.WarmTimeout,
+		"unload_poll_interval":  &s.UnloadPollInterval,
+		"history_poll_interval": &s.HistoryPollInterval,
+		"probe_timeout":         &s.ProbeTimeout,
+	}
+}
+
+// settingParsers parse the options that are not a single duration.
+var settingParsers = map[string]func(*caddyfile.Dispenser, *Settings) error{
+	"ollama":           func(d *caddyfile.Dispenser, s *Settings) error { return parseUpstream(d, &s.Ollama) },
+	"comfy":            func(d *caddyfile.Dispenser, s *Settings) error { return parseUpstream(d, &s.Comfy) },
+	"busy_retry_after": parseBusyRetryAfter,
+	"llm_busy_mode":    parseBusyMode,
+	"llm_busy_status": func(d *caddyfile.Dispenser, s *Settings) error {
+		return parseInt(d, 400, 599, &s.LLMBusyStatus, "a status from 400 to 599")
+	},
+	"warm_model": func(d *caddyfile.Dispenser, s *Settings) error {
+		v, err := oneArg(d)
+		s.WarmModel = v
+		return err
+	},
+	"backoff": parseBackoff,
+	"prompt_capture_limit": func(d *caddyfile.Dispenser, s *Settings) error {
+		return parseSize(d, 64, maxPromptCaptureLimit, &s.PromptCaptureLimit, "a size from 64B to 1GiB (e.g. 64KiB)")
+	},
+	"min_free_vram": func(d *caddyfile.Dispenser, s *Settings) error {
+		return parseSize(d, 1, 1<<62, &s.MinFreeVRAM, "a size (e.g. 20GiB)")
+	},
+	"vram_probe": parseVRAMProbe,
+	"early_unload": func(d *caddyfile.Dispenser, s *Settings) error {
+		if d.NextArg() {
+			return d.ArgErr()
+		}
+		s.EarlyUnload = true
+		return nil
+	},
+	"max_image_streak": func(d *caddyfile.Dispenser, s *Settings) error {
+		return parseInt(d, 0, 1<<31-1, &s.MaxImageStreak, "a whole number >= 0")
+	},
+	"wait_buffer_limit": func(d *caddyfile.Dispenser, s *Settings) error {
+		return parseSize(d, 1, maxWaitBufferLimit, &s.WaitBufferLimit, "a size from 1B to 1TiB (e.g. 256MiB)")
+	},
+	"max_waiting": func(d *caddyfile.Dispenser, s *Settings) error {
+		return parseInt(d, 1, 1<<31-1, &s.MaxWaiting, "a whole number >= 1")
+	},
+}
+
+// parseUpstream reads an engine's URL. An empty value (no argument, or an
+// empty environment variable) disables that engine.
+func parseUpstream(d *caddyfile.Dispenser, dst *string) error {
+	opt := d.Val()
+	var v string
+	if d.NextArg() {
+		v = d.Val()
+		if d.NextArg() {
+			return d.ArgErr()
+		}
+	}
+	*dst = v
+	if v != "" {
+		if _, err := (Settings{Ollama: v}).validate(); err != nil {
+			return d.Errf("%s: invalid URL %q: want http(s)://host:port", opt, v)
+		}
+	}
+	return nil
+}
+
+// parseBusyRetryAfter reads `busy_retry_after DURATION | auto [MAX]`.
+func parseBusyRetryAfter(d *caddyfile.Dispenser, s *Settings) error {
+	args := d.RemainingArgs()
+	switch {
+	case len(args) == 0:
+		return d.Errf("busy_retry_after: missing value")
+	case args[0] == "auto" && len(args) == 1:
+		s.BusyRetryAfterAuto = true
+		return nil
+	case args[0] == "auto" && len(args) == 2:
+		s.BusyRetryAfterAuto = true
+		return parseDuration(d, "busy_retry_after auto", args[1], &s.BusyRetryAfter)
+	case args[0] == "auto":
+		return d.Errf("busy_retry_after: want `auto [MAX]` or one duration")
+	case len(args) != 1:
+		return d.Errf("busy_retry_after: one value expected, got more")
+	}
+	return parseDuration(d, "busy_retry_after", args[0], &s.BusyRetryAfter)
+}
+
+func parseBusyMode(d *caddyfile.Dispenser, s *Settings) error {
+	v, err := oneArg(d)
+	if err != nil {
+		return err
+	}
+	if v != "wait" && v != "reject" {
+		return d.Errf("llm_busy_mode: %q is neither wait nor reject", v)
+	}
+	s.LLMBusyMode = v
+	return nil
+}
+
+// parseBackoff reads `backoff INITIAL MAX`.
+func parseBackoff(d *caddyfile.Dispenser, s *Settings) error {
+	args := d.RemainingArgs()
+	if len(args) != 2 {
+		return d.Errf("backoff: want two durations, initial and max (e.g. backoff 1s 60s)")
+	}
+	if err := parseDuration(d, "backoff initial", args[0], &s.BackoffInitial); err != nil {
+		return err
+	}
+	if err := parseDuration(d, "backoff max", args[1], &s.BackoffMax); err != nil {
+		return err
+	}
+	if s.BackoffMax < s.BackoffInitial {
+		return d.Errf("backoff: max %s is less than initial %s", args[1], args[0])
+	}
+	return nil
+}
+
+// parseVRAMProbe reads `vram_probe comfy|nvidia-smi [GPU_INDEX]`.
+func parseVRAMProbe(d *caddyfile.Dispenser, s *Settings) error {
+	args := d.RemainingArgs()
+	if len(args) < 1 || len(args) > 2 || (args[0] != "comfy" && args[0] != "nvidia-smi") {
+		return d.Errf("vram_probe: want comfy|nvidia-smi [GPU_INDEX]")
+	}
+	s.VRAMProbe = args[0]
+	if len(args) == 2 {
+		n, err := strconv.Atoi(args[1])
+		if err != nil || n < 0 {
+			return d.Errf("vram_probe: GPU index %q is not a whole number >= 0", args[1])
+		}
+		s.GPUIndex = n
+	}
+	return nil
+}
+
+// parseSize reads one size (e.g. 64KiB) from lo to hi bytes; want says
+// what a valid value is, for the error.
+func parseSize(d *caddyfile.Dispenser, lo, hi uint64, dst *int64, want string) error {
+	opt := d.Val()
+	v, err := oneArg(d)
+	if err != nil {
+		return err
+	}
+	n, err := humanize.ParseBytes(v)
+	if err != nil || n < lo || n > hi {
+		return d.Errf("%s: %q is not %s", opt, v, want)
+	}
+	*dst = int64(n)
+	return nil
+}
+
+// parseInt reads one whole number from lo to hi.
+func parseInt(d *caddyfile.Dispenser, lo, hi int, dst *int, want string) error {
+	opt := d.Val()
+	v, err := oneArg(d)
+	if err != nil {
+		return err
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		return d.Errf("%s: %q is not %s", opt, v, want)
+	}
+	*dst = n
+	return nil
+}
