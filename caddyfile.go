@@ -78,12 +78,11 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 		return nil, d.Errf("gpu_turnstile: turnstile %q is defined twice", name)
 	}
 	s := &Settings{}
-	seen := map[string]int{} // option -> line
+	seen := optionLines{}
 	for d.NextBlock(0) {
-		if line, dup := seen[d.Val()]; dup {
-			return nil, d.Errf("%s: given twice, on lines %d and %d", d.Val(), line, d.Line())
+		if err := seen.once(d); err != nil {
+			return nil, err
 		}
-		seen[d.Val()] = d.Line()
 		if err := parseSetting(d, s); err != nil {
 			return nil, err
 		}
@@ -119,49 +118,12 @@ func parseDuration(d *caddyfile.Dispenser, opt, v string, dst *caddy.Duration) e
 	return nil
 }
 
-// parseHandler parses the middleware directive:
-//
-//	gpu_turnstile [<matcher>] [auto|llm|image|passthrough] {
-//		turnstile  NAME
-//		during_job allow|reject
-//	}
+// parseHandler parses the gpu_turnstile directive (see
+// Handler.UnmarshalCaddyfile) and checks that its turnstile is defined.
 func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 	hd := new(Handler)
-	h.Next() // the directive's name
-	if h.NextArg() {
-		if _, err := parseClass(h.Val()); err != nil {
-			return nil, h.Errf("gpu_turnstile: %v", err)
-		}
-		hd.Class = h.Val()
-		if h.NextArg() {
-			return nil, h.ArgErr()
-		}
-	}
-	seen := map[string]int{} // option -> line
-	for h.NextBlock(0) {
-		if line, dup := seen[h.Val()]; dup {
-			return nil, h.Errf("%s: given twice, on lines %d and %d", h.Val(), line, h.Line())
-		}
-		seen[h.Val()] = h.Line()
-		switch h.Val() {
-		case "turnstile":
-			v, err := oneArg(h.Dispenser)
-			if err != nil {
-				return nil, err
-			}
-			hd.Turnstile = v
-		case "during_job":
-			v, err := oneArg(h.Dispenser)
-			if err != nil {
-				return nil, err
-			}
-			if v != "allow" && v != "reject" {
-				return nil, h.Errf("during_job: %q is neither allow nor reject", v)
-			}
-			hd.DuringJob = v
-		default:
-			return nil, h.Errf("gpu_turnstile: unknown option %q", h.Val())
-		}
+	if err := hd.UnmarshalCaddyfile(h.Dispenser); err != nil {
+		return nil, err
 	}
 	if err := checkTurnstileName(h, hd.Turnstile); err != nil {
 		return nil, err
@@ -169,39 +131,107 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 	return hd, nil
 }
 
-// parseStatusHandler parses:
+// UnmarshalCaddyfile implements caddyfile.Unmarshaler:
 //
-//	gpu_turnstile_status [NAME]
-func parseStatusHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
-	sh := new(StatusHandler)
-	h.Next()
-	if h.NextArg() {
-		sh.Turnstile = h.Val()
-		if h.NextArg() {
-			return nil, h.ArgErr()
+//	gpu_turnstile [<matcher>] [auto|llm|image|passthrough] {
+//		turnstile  NAME
+//		during_job allow|reject
+//	}
+func (hd *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // the directive's name
+	if d.NextArg() {
+		if _, err := parseClass(d.Val()); err != nil {
+			return d.Errf("gpu_turnstile: %v", err)
+		}
+		hd.Class = d.Val()
+		if d.NextArg() {
+			return d.ArgErr()
 		}
 	}
-	seen := map[string]int{} // option -> line
-	for h.NextBlock(0) {
-		if line, dup := seen[h.Val()]; dup {
-			return nil, h.Errf("%s: given twice, on lines %d and %d", h.Val(), line, h.Line())
+	seen := optionLines{}
+	for d.NextBlock(0) {
+		if err := seen.once(d); err != nil {
+			return err
 		}
-		seen[h.Val()] = h.Line()
-		switch h.Val() {
+		switch d.Val() {
 		case "turnstile":
-			v, err := oneArg(h.Dispenser)
+			v, err := oneArg(d)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			sh.Turnstile = v
+			hd.Turnstile = v
+		case "during_job":
+			v, err := oneArg(d)
+			if err != nil {
+				return err
+			}
+			if v != "allow" && v != "reject" {
+				return d.Errf("during_job: %q is neither allow nor reject", v)
+			}
+			hd.DuringJob = v
 		default:
-			return nil, h.Errf("gpu_turnstile_status: unknown option %q", h.Val())
+			return d.Errf("gpu_turnstile: unknown option %q", d.Val())
 		}
+	}
+	return nil
+}
+
+// parseStatusHandler parses the gpu_turnstile_status directive (see
+// StatusHandler.UnmarshalCaddyfile) and checks that its turnstile is
+// defined.
+func parseStatusHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	sh := new(StatusHandler)
+	if err := sh.UnmarshalCaddyfile(h.Dispenser); err != nil {
+		return nil, err
 	}
 	if err := checkTurnstileName(h, sh.Turnstile); err != nil {
 		return nil, err
 	}
 	return sh, nil
+}
+
+// UnmarshalCaddyfile implements caddyfile.Unmarshaler:
+//
+//	gpu_turnstile_status [NAME] {
+//		turnstile NAME
+//	}
+func (sh *StatusHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // the directive's name
+	if d.NextArg() {
+		sh.Turnstile = d.Val()
+		if d.NextArg() {
+			return d.ArgErr()
+		}
+	}
+	seen := optionLines{}
+	for d.NextBlock(0) {
+		if err := seen.once(d); err != nil {
+			return err
+		}
+		switch d.Val() {
+		case "turnstile":
+			v, err := oneArg(d)
+			if err != nil {
+				return err
+			}
+			sh.Turnstile = v
+		default:
+			return d.Errf("gpu_turnstile_status: unknown option %q", d.Val())
+		}
+	}
+	return nil
+}
+
+// optionLines remembers the line of each option of one block, so that an
+// option given twice is an error naming both lines.
+type optionLines map[string]int
+
+func (o optionLines) once(d *caddyfile.Dispenser) error {
+	if line, dup := o[d.Val()]; dup {
+		return d.Errf("%s: given twice, on lines %d and %d", d.Val(), line, d.Line())
+	}
+	o[d.Val()] = d.Line()
+	return nil
 }
 
 // checkTurnstileName fails adaptation when a handler names a turnstile
@@ -223,3 +253,9 @@ func checkTurnstileName(h httpcaddyfile.Helper, name string) error {
 	}
 	return nil
 }
+
+// Interface guards
+var (
+	_ caddyfile.Unmarshaler = (*Handler)(nil)
+	_ caddyfile.Unmarshaler = (*StatusHandler)(nil)
+)
