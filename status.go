@@ -21,7 +21,7 @@ type Status struct {
 	gpu.Status
 	// WaitBuffer is what the request bodies of waiting requests hold
 	// against wait_buffer_limit.
-	WaitBuffer waitBufferStatus `json:"wait_buffer"`
+	WaitBuffer WaitBufferStatus `json:"wait_buffer"`
 	// WaitingLimit is max_waiting, if set.
 	WaitingLimit int `json:"waiting_limit,omitempty"`
 }
