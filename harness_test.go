@@ -216,14 +216,25 @@ func (h *harness) status() Status {
 // holds. Waiting requests are visible only there.
 func (h *harness) waitStatus(what string, cond func(Status) bool) Status {
 	h.t.Helper()
+	return waitTurnstile(h.t, defaultName, what, cond, func() string { return "\ntimeline:\n" + gputest.Dump(h.gpu.Events()) })
+}
+
+// waitTurnstile waits until the named turnstile's status meets cond, and
+// fails the test after 15 s; more, if not nil, adds to the failure message.
+func waitTurnstile(t *testing.T, name, what string, cond func(Status) bool, more func() string) Status {
+	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		st := h.ts().status()
+		st := runtimeOf(name).status()
 		if cond(st) {
 			return st
 		}
 		if time.Now().After(deadline) {
-			h.t.Fatalf("timed out waiting for %s; status %+v\ntimeline:\n%s", what, st, gputest.Dump(h.gpu.Events()))
+			extra := ""
+			if more != nil {
+				extra = more()
+			}
+			t.Fatalf("timed out waiting for %s of turnstile %s; status %+v%s", what, name, st, extra)
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -303,15 +303,9 @@ func TestNamedTurnstilesAreIndependent(t *testing.T) {
 	llm1 := fmt.Sprintf("http://127.0.0.1:%d", ports[2])
 	image1 := fmt.Sprintf("http://127.0.0.1:%d", ports[3])
 	h := &harness{t: t, client: http.DefaultClient}
+	idle := func(st Status) bool { return st.State == "idle" }
 	for _, name := range []string{"gpu0", "gpu1"} {
-		ts := runtimeOf(name)
-		deadline := time.Now().Add(10 * time.Second)
-		for ts.status().State != "idle" {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s not idle after start", name)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		waitTurnstile(t, name, "idle after start", idle, nil)
 	}
 	promptID(t, h.post(context.Background(), image1+"/prompt", promptBody(3_600_000)))
 	if st := runtimeOf("gpu1").status(); st.State != "image" {
@@ -339,11 +333,5 @@ func TestNamedTurnstilesAreIndependent(t *testing.T) {
 		t.Fatalf("admin status: %s", all)
 	}
 	h.do("POST", c1.URL+"/interrupt", "{}")
-	deadline := time.Now().Add(10 * time.Second)
-	for runtimeOf("gpu1").status().State != "idle" {
-		if time.Now().After(deadline) {
-			t.Fatal("gpu1 did not come back to idle")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitTurnstile(t, "gpu1", "idle after the interrupt", idle, nil)
 }
