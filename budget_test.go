@@ -41,13 +41,7 @@ func (h *harness) postChunked(ctx context.Context, url, body string) result {
 	if err != nil {
 		return result{err: err}
 	}
-	resp, err := h.client.Do(req)
-	if err != nil {
-		return result{err: err}
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return result{status: resp.StatusCode, header: resp.Header, body: string(b), err: err}
+	return h.send(req)
 }
 
 // TestWaitBufferLimitBoundsWaitingBodies queues 100 chats of 8 MiB behind

@@ -14,8 +14,8 @@ import (
 
 func init() {
 	httpcaddyfile.RegisterGlobalOption("gpu_turnstile", parseGlobalOption)
-	httpcaddyfile.RegisterHandlerDirective("gpu_turnstile", parseHandler)
-	httpcaddyfile.RegisterHandlerDirective("gpu_turnstile_status", parseStatusHandler)
+	httpcaddyfile.RegisterHandlerDirective("gpu_turnstile", parseDirective(func() *Handler { return new(Handler) }))
+	httpcaddyfile.RegisterHandlerDirective("gpu_turnstile_status", parseDirective(func() *StatusHandler { return new(StatusHandler) }))
 	// After the auth directives (a request that will be refused never
 	// queues for the GPU) and after encode (the prompt_id capture reads
 	// uncompressed bytes); before handle and route, so it also guards a
@@ -118,18 +118,31 @@ func parseDuration(d *caddyfile.Dispenser, opt, v string, dst *caddy.Duration) e
 	return nil
 }
 
-// parseHandler parses the gpu_turnstile directive (see
-// Handler.UnmarshalCaddyfile) and checks that its turnstile is defined.
-func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
-	hd := new(Handler)
-	if err := hd.UnmarshalCaddyfile(h.Dispenser); err != nil {
-		return nil, err
-	}
-	if err := checkTurnstileName(h, hd.Turnstile); err != nil {
-		return nil, err
-	}
-	return hd, nil
+// turnstileHandler is a handler module that names a turnstile.
+type turnstileHandler interface {
+	caddyhttp.MiddlewareHandler
+	caddyfile.Unmarshaler
+	turnstileName() string
 }
+
+// parseDirective returns the parser of a handler's directive: a new
+// handler from newHandler, filled by its UnmarshalCaddyfile, whose
+// turnstile must be defined.
+func parseDirective[H turnstileHandler](newHandler func() H) httpcaddyfile.UnmarshalHandlerFunc {
+	return func(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+		m := newHandler()
+		if err := m.UnmarshalCaddyfile(h.Dispenser); err != nil {
+			return nil, err
+		}
+		if err := checkTurnstileName(h, m.turnstileName()); err != nil {
+			return nil, err
+		}
+		return m, nil
+	}
+}
+
+func (hd *Handler) turnstileName() string       { return hd.Turnstile }
+func (sh *StatusHandler) turnstileName() string { return sh.Turnstile }
 
 // UnmarshalCaddyfile implements caddyfile.Unmarshaler:
 //
@@ -174,20 +187,6 @@ func (hd *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 	}
 	return nil
-}
-
-// parseStatusHandler parses the gpu_turnstile_status directive (see
-// StatusHandler.UnmarshalCaddyfile) and checks that its turnstile is
-// defined.
-func parseStatusHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
-	sh := new(StatusHandler)
-	if err := sh.UnmarshalCaddyfile(h.Dispenser); err != nil {
-		return nil, err
-	}
-	if err := checkTurnstileName(h, sh.Turnstile); err != nil {
-		return nil, err
-	}
-	return sh, nil
 }
 
 // UnmarshalCaddyfile implements caddyfile.Unmarshaler:

@@ -268,6 +268,11 @@ func (h *harness) post(ctx context.Context, url, body string) result {
 		return result{err: err}
 	}
 	req.Header.Set("Content-Type", "application/json")
+	return h.send(req)
+}
+
+// send makes a request and reads the whole answer.
+func (h *harness) send(req *http.Request) result {
 	resp, err := h.client.Do(req)
 	if err != nil {
 		return result{err: err}

@@ -923,14 +923,94 @@ func (m comfyMsg) isEnd() bool {
 	return m.Type == "execution_success" || m.Type == "execution_error" || m.Type == "execution_interrupted"
 }
 
+// recording is what a test has seen so far, in order, with a signal at
+// each new item.
+type recording[T any] struct {
+	mu    sync.Mutex
+	items []T
+	ch    chan struct{}
+}
+
+func (r *recording[T]) add(v T) {
+	r.mu.Lock()
+	r.items = append(r.items, v)
+	r.mu.Unlock()
+	r.signal()
+}
+
+func (r *recording[T]) signal() {
+	r.mu.Lock()
+	if r.ch != nil {
+		close(r.ch)
+	}
+	r.ch = make(chan struct{})
+	r.mu.Unlock()
+}
+
+func (r *recording[T]) changed() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ch == nil {
+		r.ch = make(chan struct{})
+	}
+	return r.ch
+}
+
+func (r *recording[T]) all() []T {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.items)
+}
+
+func (r *recording[T]) find(match func(T) bool) (T, bool) {
+	for _, v := range r.all() {
+		if match(v) {
+			return v, true
+		}
+	}
+	var zero T
+	return zero, false
+}
+
+func (r *recording[T]) count(match func(T) bool) int {
+	n := 0
+	for _, v := range r.all() {
+		if match(v) {
+			n++
+		}
+	}
+	return n
+}
+
+// wait returns the first item that matches, waiting for it until timeout,
+// or until closed (which may be nil) is closed.
+func (r *recording[T]) wait(t *testing.T, what string, timeout time.Duration, closed <-chan struct{}, match func(T) bool) T {
+	t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		ch := r.changed()
+		if v, ok := r.find(match); ok {
+			return v
+		}
+		select {
+		case <-ch:
+		case <-closed:
+			if v, ok := r.find(match); ok {
+				return v
+			}
+			t.Fatalf("the stream closed while waiting for %s", what)
+		case <-deadline.C:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
 type comfyEvents struct {
+	recording[comfyMsg]
 	id   string
 	conn *websocket.Conn
 	done chan struct{}
-
-	mu   sync.Mutex
-	msgs []comfyMsg
-	ch   chan struct{}
 }
 
 func dialComfyEvents(t *testing.T, base, id string) *comfyEvents {
@@ -945,7 +1025,7 @@ func dialComfyEvents(t *testing.T, base, id string) *comfyEvents {
 		t.Fatalf("ComfyUI websocket: %v", err)
 	}
 	conn.SetReadLimit(64 << 20)
-	e := &comfyEvents{id: id, conn: conn, done: make(chan struct{}), ch: make(chan struct{})}
+	e := &comfyEvents{id: id, conn: conn, done: make(chan struct{})}
 	go e.read()
 	e.wait(t, "the websocket's first status", 30*time.Second, func(m comfyMsg) bool { return m.Type == "status" })
 	return e
@@ -984,24 +1064,8 @@ func (e *comfyEvents) read() {
 		if s, ok := d.Node.(string); ok {
 			m.Node = s
 		}
-		e.mu.Lock()
-		e.msgs = append(e.msgs, m)
-		e.mu.Unlock()
-		e.signal()
+		e.add(m)
 	}
-}
-
-func (e *comfyEvents) signal() {
-	e.mu.Lock()
-	close(e.ch)
-	e.ch = make(chan struct{})
-	e.mu.Unlock()
-}
-
-func (e *comfyEvents) changed() <-chan struct{} {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.ch
 }
 
 func (e *comfyEvents) close() {
@@ -1009,42 +1073,10 @@ func (e *comfyEvents) close() {
 	<-e.done
 }
 
-func (e *comfyEvents) all() []comfyMsg {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return slices.Clone(e.msgs)
-}
-
-func (e *comfyEvents) find(match func(comfyMsg) bool) (comfyMsg, bool) {
-	for _, m := range e.all() {
-		if match(m) {
-			return m, true
-		}
-	}
-	return comfyMsg{}, false
-}
-
 // wait returns the first message that matches, waiting for it.
 func (e *comfyEvents) wait(t *testing.T, what string, timeout time.Duration, match func(comfyMsg) bool) comfyMsg {
 	t.Helper()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for {
-		ch := e.changed()
-		if m, ok := e.find(match); ok {
-			return m
-		}
-		select {
-		case <-ch:
-		case <-e.done:
-			if m, ok := e.find(match); ok {
-				return m
-			}
-			t.Fatalf("ComfyUI's websocket closed while waiting for %s", what)
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	return e.recording.wait(t, what, timeout, e.done, match)
 }
 
 func (e *comfyEvents) started(t *testing.T, id string) comfyMsg {
@@ -1085,9 +1117,7 @@ func (c tapCall) is(method, path string) bool {
 
 type tap struct {
 	*httptest.Server
-	mu    sync.Mutex
-	calls []tapCall
-	ch    chan struct{}
+	recording[tapCall]
 }
 
 type tapKey struct{}
@@ -1097,7 +1127,7 @@ func newTap(t *testing.T, target string) *tap {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &tap{ch: make(chan struct{})}
+	p := &tap{}
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.FlushInterval = -1
 	rp.ModifyResponse = func(resp *http.Response) error {
@@ -1125,58 +1155,15 @@ func newTap(t *testing.T, target string) *tap {
 		}
 		rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tapKey{}, c)))
 		c.End = time.Now()
-		p.mu.Lock()
-		p.calls = append(p.calls, *c)
-		close(p.ch)
-		p.ch = make(chan struct{})
-		p.mu.Unlock()
+		p.add(*c)
 	}))
 	t.Cleanup(p.Close)
 	return p
 }
 
-func (p *tap) all() []tapCall {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return slices.Clone(p.calls)
-}
-
-func (p *tap) find(match func(tapCall) bool) (tapCall, bool) {
-	for _, c := range p.all() {
-		if match(c) {
-			return c, true
-		}
-	}
-	return tapCall{}, false
-}
-
-func (p *tap) count(match func(tapCall) bool) int {
-	n := 0
-	for _, c := range p.all() {
-		if match(c) {
-			n++
-		}
-	}
-	return n
-}
-
 func (p *tap) wait(t *testing.T, what string, timeout time.Duration, match func(tapCall) bool) tapCall {
 	t.Helper()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for {
-		p.mu.Lock()
-		ch := p.ch
-		p.mu.Unlock()
-		if c, ok := p.find(match); ok {
-			return c
-		}
-		select {
-		case <-ch:
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	return p.recording.wait(t, what, timeout, nil, match)
 }
 
 // ---- a process's output, line by line

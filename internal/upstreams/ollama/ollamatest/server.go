@@ -309,8 +309,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, map[string]any{"model": req.Model, "created_at": now, "response": "", "done": true, "done_reason": "unload"})
 		return
 	}
-	s.gpu.Mark("ollama", "request "+r.URL.Path+" "+name)
-	done, err := s.use(r.Context(), name, keepAlive)
+	done, err := s.admitRequest(r, name, keepAlive)
 	if err != nil {
 		return // client gone
 	}
@@ -390,7 +389,7 @@ func (s *Server) embed(w http.ResponseWriter, r *http.Request) {
 	}
 	name := ollama.NormalizeName(req.Model)
 	if !s.library[name] {
-		writeJSON(w, 404, map[string]string{"error": fmt.Sprintf("model '%s' not found", req.Model)})
+		writeJSON(w, 404, map[string]string{"error": fmt.Sprintf("model %q not found, try pulling it first", req.Model)})
 		return
 	}
 	keepAlive, err := parseKeepAlive(req.KeepAlive)
@@ -398,10 +397,9 @@ func (s *Server) embed(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 400, map[string]string{"error": err.Error()})
 		return
 	}
-	s.gpu.Mark("ollama", "request "+r.URL.Path+" "+name)
-	done, err := s.use(r.Context(), name, keepAlive)
+	done, err := s.admitRequest(r, name, keepAlive)
 	if err != nil {
-		return
+		return // client gone
 	}
 	defer done()
 	s.requests.Add(1)
@@ -427,10 +425,9 @@ func (s *Server) openAI(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 404, map[string]any{"error": map[string]any{"message": fmt.Sprintf("model \"%s\" not found, try pulling it first", req.Model), "type": "api_error", "code": nil}})
 		return
 	}
-	s.gpu.Mark("ollama", "request "+r.URL.Path+" "+name)
-	done, err := s.use(r.Context(), name, nil)
+	done, err := s.admitRequest(r, name, nil)
 	if err != nil {
-		return
+		return // client gone
 	}
 	defer done()
 	s.requests.Add(1)
@@ -473,6 +470,13 @@ func (s *Server) openAI(w http.ResponseWriter, r *http.Request) {
 	event(map[string]string{"role": "assistant", "content": ""}, "stop")
 	fmt.Fprint(bw, "data: [DONE]\n\n")
 	bw.Flush()
+}
+
+// admitRequest records a model request on the timeline and admits it on
+// its model (see use).
+func (s *Server) admitRequest(r *http.Request, name string, keepAlive *time.Duration) (done func(), err error) {
+	s.gpu.Mark("ollama", "request "+r.URL.Path+" "+name)
+	return s.use(r.Context(), name, keepAlive)
 }
 
 // parseKeepAlive reads keep_alive as Ollama does: a number is seconds, a
