@@ -46,9 +46,15 @@ func (s *Server) use(ctx context.Context, name string, keepAlive *time.Duration)
 	}
 	select {
 	case m.slots <- struct{}{}:
-	case <-ctx.Done():
-		s.leave(m, false)
-		return nil, ctx.Err()
+	default:
+		// All OLLAMA_NUM_PARALLEL places are taken: queue inside.
+		s.gpu.Mark("ollama", "queued on "+name)
+		select {
+		case m.slots <- struct{}{}:
+		case <-ctx.Done():
+			s.leave(m, false)
+			return nil, ctx.Err()
+		}
 	}
 	return func() { s.leave(m, true) }, nil
 }

@@ -173,7 +173,7 @@ func TestAbortedLoadLeavesRunnerAWhile(t *testing.T) {
 // At OLLAMA_NUM_PARALLEL=1 (v0.17.4's default) concurrent requests on one
 // model are served one after another.
 func TestOneModelServesOneRequestAtATime(t *testing.T) {
-	srv, _, _ := newFake(t, ollamatest.Options{Tokens: 2, TokenDelay: 20 * time.Millisecond})
+	srv, _, gpu := newFake(t, ollamatest.Options{Tokens: 2, TokenDelay: 20 * time.Millisecond})
 	resume := srv.HoldChats()
 	var wg sync.WaitGroup
 	for range 3 {
@@ -181,10 +181,9 @@ func TestOneModelServesOneRequestAtATime(t *testing.T) {
 			post(context.Background(), srv.URL+"/api/generate", `{"model":"llama3.2","prompt":"x"}`)
 		})
 	}
-	for srv.Inflight() == 0 {
-		time.Sleep(time.Millisecond)
+	if !gpu.WaitFor(10*time.Second, func(ev []gputest.Event) bool { return count(ev, "queued on llama3.2") == 2 }) {
+		t.Fatalf("the two later requests never queued:\n%s", gputest.Dump(gpu.Events()))
 	}
-	time.Sleep(50 * time.Millisecond) // give the others every chance to start, wrongly
 	if n := srv.Inflight(); n != 1 {
 		t.Fatalf("%d requests generate at once, want 1", n)
 	}
@@ -248,4 +247,14 @@ func alive(pid int) bool {
 	}
 	_, rest, _ := strings.Cut(string(b), ") ")
 	return !strings.HasPrefix(rest, "Z") && !strings.HasPrefix(rest, "X")
+}
+
+func count(events []gputest.Event, substr string) int {
+	n := 0
+	for _, e := range events {
+		if strings.Contains(e.What, substr) {
+			n++
+		}
+	}
+	return n
 }
