@@ -235,15 +235,20 @@ func TestFreeActsBetweenJobsAndFreesAtTheEnd(t *testing.T) {
 func TestReusedClientIDSilencesTheOldSocket(t *testing.T) {
 	srv, _ := newFake(t, comfytest.Options{})
 	old := socket(t, srv, "same")
-	socket(t, srv, "same")
+	current := socket(t, srv, "same")
 	post(t, srv.URL+"/prompt", prompt("same", "1", 10))
+	for m := range current { // the job's messages, to its end
+		if m["type"] == "executing" && m["data"].(map[string]any)["node"] == nil {
+			break
+		}
+	}
 	select {
 	case m, ok := <-old:
 		if ok {
 			t.Fatalf("the old socket got %v", m)
 		}
 		t.Fatal("the old socket was closed")
-	case <-time.After(300 * time.Millisecond): // the job's messages have come and gone
+	default: // the fake sends to each socket in order: the old one was passed over
 	}
 	if srv.Sockets() != 2 {
 		t.Fatalf("%d sockets open, want both", srv.Sockets())
