@@ -1,8 +1,10 @@
-// Package gputest is the simulated GPU that the fake Ollama and ComfyUI
-// servers share. Each fake reports when it starts and stops occupying video
-// memory; the GPU records a timeline and counts every instant at which two
-// different services occupied it together, which is the one thing the
-// turnstile exists to prevent.
+// Package gputest is the simulated GPU that the fake engines (Ollama,
+// llama.cpp, llama-swap, vLLM, ComfyUI, Automatic1111) share. Each fake
+// reports when it starts and stops occupying video memory; the GPU records
+// a timeline and counts every instant at which two services occupied it
+// together, which is the one thing the turnstile exists to prevent. LLM
+// engines may share the GPU with one another (LLM requests share it):
+// ShareAmong declares such a group.
 package gputest
 
 import (
@@ -32,6 +34,32 @@ type GPU struct {
 	events   []Event
 	overlaps []string
 	changed  chan struct{}
+	group    map[string]int // the sharing group of a service (ShareAmong); 0: none
+	groups   int
+}
+
+// ShareAmong declares services that may occupy the GPU together, as LLM
+// engines do: an overlap among them is not counted. An overlap with any
+// service outside the group still is.
+func (g *GPU) ShareAmong(services ...string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.group == nil {
+		g.group = map[string]int{}
+	}
+	g.groups++
+	for _, s := range services {
+		g.group[s] = g.groups
+	}
+}
+
+// share reports whether a and b may occupy the GPU together; g.mu is held.
+func (g *GPU) share(a, b string) bool {
+	if a == b {
+		return true
+	}
+	ga, gb := g.group[a], g.group[b]
+	return ga != 0 && ga == gb
 }
 
 // New returns an empty GPU.
@@ -47,7 +75,7 @@ func (g *GPU) Occupy(service, what string) (release func(string)) {
 	g.users[service]++
 	g.record(service, what)
 	for other, n := range g.users {
-		if other != service && n > 0 {
+		if !g.share(service, other) && n > 0 {
 			g.overlaps = append(g.overlaps, fmt.Sprintf("%s %q while %s held %d", service, what, other, n))
 		}
 	}
