@@ -67,7 +67,7 @@ func TestStatusInEachState(t *testing.T) {
 	if r := h.do("GET", h.llm+"/healthz?ready=llm", ""); r.status != 503 {
 		t.Fatalf("?ready=llm during a job: %d", r.status)
 	}
-	h.do("POST", h.comfy.URL+"/interrupt", "{}")
+	h.interruptRunning(h.comfy.URL)
 	h.waitIdle()
 
 	hold := h.takeHold(t, "game", "1m")

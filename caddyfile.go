@@ -173,6 +173,12 @@ func (hd *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			hd.Turnstile = v
+		case "engine":
+			v, err := oneArg(d)
+			if err != nil {
+				return err
+			}
+			hd.Engine = v
 		case "during_job":
 			v, err := oneArg(d)
 			if err != nil {
@@ -225,7 +231,13 @@ func (sh *StatusHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 // option given twice is an error naming both lines.
 type optionLines map[string]int
 
+// repeatable are the options that may be given more than once.
+var repeatable = map[string]bool{"llm": true, "image": true}
+
 func (o optionLines) once(d *caddyfile.Dispenser) error {
+	if repeatable[d.Val()] {
+		return nil
+	}
 	if line, dup := o[d.Val()]; dup {
 		return d.Errf("%s: given twice, on lines %d and %d", d.Val(), line, d.Line())
 	}

@@ -45,6 +45,8 @@ func durationSettings(s *Settings) map[string]*caddy.Duration {
 var settingParsers = map[string]func(*caddyfile.Dispenser, *Settings) error{
 	"ollama":           func(d *caddyfile.Dispenser, s *Settings) error { return parseUpstream(d, &s.Ollama) },
 	"comfy":            func(d *caddyfile.Dispenser, s *Settings) error { return parseUpstream(d, &s.Comfy) },
+	"llm":              func(d *caddyfile.Dispenser, s *Settings) error { return parseEngine(d, &s.LLM) },
+	"image":            func(d *caddyfile.Dispenser, s *Settings) error { return parseEngine(d, &s.Image) },
 	"busy_retry_after": parseBusyRetryAfter,
 	"llm_busy_mode":    parseBusyMode,
 	"llm_busy_status": func(d *caddyfile.Dispenser, s *Settings) error {
@@ -98,6 +100,37 @@ func parseUpstream(d *caddyfile.Dispenser, dst *string) error {
 			return d.Errf("%s: invalid URL %q: want http(s)://host:port", opt, v)
 		}
 	}
+	return nil
+}
+
+// parseEngine reads `llm|image KIND URL [{ name NAME }]`. The kind, the
+// URL and the name are checked when the settings are validated, with the
+// rest of the turnstile's engines.
+func parseEngine(d *caddyfile.Dispenser, dst *[]EngineSettings) error {
+	opt := d.Val()
+	args := d.RemainingArgs()
+	if len(args) != 2 {
+		return d.Errf("%s: want `%s KIND URL [{ name NAME }]`", opt, opt)
+	}
+	es := EngineSettings{Kind: args[0], URL: args[1]}
+	if engineKinds[opt][es.Kind] == nil {
+		return d.Errf("%s: kind %q: want one of %s", opt, es.Kind, kindNames(opt))
+	}
+	seen := optionLines{}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		if err := seen.once(d); err != nil {
+			return err
+		}
+		if d.Val() != "name" {
+			return d.Errf("%s: unknown option %q (want name)", opt, d.Val())
+		}
+		v, err := oneArg(d)
+		if err != nil {
+			return err
+		}
+		es.Name = v
+	}
+	*dst = append(*dst, es)
 	return nil
 }
 

@@ -33,7 +33,7 @@ func TestInterruptedJobKeepsTheGPUUntilItStops(t *testing.T) {
 	}
 	ev := h.gpu.Events()
 	end := gputest.Index(ev, 0, "comfy", "job "+id+" end execution_interrupted")
-	free := gputest.Index(ev, 0, "comfy", "free requested")
+	free := gputest.Index(ev, end, "comfy", "free requested")
 	llm := gputest.Index(ev, 0, "ollama", "request /api/chat")
 	if end < 0 || free < end || llm < free {
 		t.Fatalf("want the job's real end, then the free, then the LLM request:\n%s", gputest.Dump(ev))

@@ -248,6 +248,22 @@ func (h *harness) waitIdle() {
 }
 
 // waitTimeline waits until cond holds over the GPU's timeline.
+// interruptRunning interrupts the job running on the fake ComfyUI at url
+// once it has started: ComfyUI drops an interrupt that comes before.
+func (h *harness) interruptRunning(url string) {
+	h.t.Helper()
+	h.waitTimeline("a job's start", func(ev []gputest.Event) bool {
+		last := -1
+		for i, e := range ev {
+			if e.Service == "comfy" && strings.HasPrefix(e.What, "job ") && strings.HasSuffix(e.What, " start") {
+				last = i
+			}
+		}
+		return last >= 0 && gputest.Index(ev, last, "comfy", " end ") < 0
+	})
+	h.do("POST", url+"/interrupt", "{}")
+}
+
 func (h *harness) waitTimeline(what string, cond func([]gputest.Event) bool) {
 	h.t.Helper()
 	if !h.gpu.WaitFor(15*time.Second, cond) {

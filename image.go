@@ -3,6 +3,7 @@ package turnstile
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy"
 )
 
@@ -18,14 +20,16 @@ import (
 // within wait_buffer_limit, like LLM bodies (budget.go).
 const imageBodyLimit = 32 << 20
 
-// serveImage serves a ComfyUI prompt: it takes the GPU alone, empties
-// Ollama, forwards the prompt, and keeps the GPU after the response until
-// the job it queued has ended.
+// serveImage serves an image job: it takes the GPU alone, empties the LLM
+// engines, forwards the request, and keeps the GPU until the job has
+// ended: after the response until the job it queued has ended (ComfyUI),
+// or for the whole request, whose answer is the job's end (A1111).
 func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	ts := h.ts
 	c := ts.cfg()
-	if c.gpu.Image == nil {
-		return next.ServeHTTP(w, r) // no ComfyUI consumer: nothing to arbitrate
+	e := h.imageEngine(c, r)
+	if e == nil {
+		return next.ServeHTTP(w, r) // no engine of this kind: nothing to arbitrate
 	}
 	ticket, err := ts.admitWait(r, c, imageBodyLimit)
 	if err != nil {
@@ -33,22 +37,28 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 	}
 	defer ticket.done()
 	start := time.Now()
-	job, err := ts.BeginImage(r.Context())
+	job, err := ts.BeginImage(r.Context(), e.Name())
 	ticket.stopWaiting()
 	if err != nil {
+		if errors.Is(err, gpu.ErrNoEngine) {
+			return next.ServeHTTP(w, r) // a reload dropped the engine meanwhile
+		}
 		return clientGone("after waiting %v for the GPU", time.Since(start).Round(time.Millisecond))
 	}
 	// From here on every path ends the job, which gives the lock back.
 	c = ts.cfg()
 	if err := job.Prepare(); err != nil {
-		return writeComfyError(w, http.StatusServiceUnavailable, "gpu_busy",
+		return writeImageError(w, e, http.StatusServiceUnavailable,
 			fmt.Sprintf("gpu_turnstile: %v; image job refused so that the GPU is not shared", err))
 	}
 	if r.Context().Err() != nil {
 		job.End("cancelled")
-		return clientGone("while Ollama unloaded")
+		return clientGone("while the LLM engines were emptied")
 	}
 	job.Submitting()
+	if e.Synchronous() {
+		return serveSyncJob(w, r, next, c, job)
+	}
 
 	// Forward detached from the client: if the client goes away once
 	// ComfyUI has the prompt, ComfyUI queues the job anyway, and its
@@ -73,6 +83,36 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 	return nil
 }
 
+// serveSyncJob forwards a job whose answer comes at its end (A1111),
+// detached from the client: the engine runs the job to its end whether the
+// client stays or not, and the GPU is the job's until then. job_timeout
+// bounds it; past it, the job is interrupted.
+func serveSyncJob(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, c *config, job *gpu.ImageJob) error {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), c.gpu.JobTimeout)
+	defer cancel()
+	rec := newCaptureWriter(w, 0) // for its status
+	err := next.ServeHTTP(rec, r.WithContext(fctx))
+	outcome := "success"
+	switch {
+	case fctx.Err() != nil:
+		outcome = "timeout"
+	case err != nil || rec.status >= 500:
+		outcome = "failed"
+	case rec.status >= 400:
+		outcome = "rejected"
+	}
+	job.Ran(outcome)
+	return err
+}
+
+// writeImageError answers in the image engine's error shape.
+func writeImageError(w http.ResponseWriter, e gpu.ImageEngine, status int, msg string) error {
+	if e.Kind() == "a1111" {
+		return writeA1111Error(w, status, msg)
+	}
+	return writeComfyError(w, status, "gpu_busy", msg)
+}
+
 // writeComfyError answers in ComfyUI's error shape.
 func writeComfyError(w http.ResponseWriter, status int, typ, msg string) error {
 	w.Header().Set("Content-Type", "application/json")
@@ -81,4 +121,42 @@ func writeComfyError(w http.ResponseWriter, status int, typ, msg string) error {
 		"error":       map[string]any{"type": typ, "message": msg, "details": "", "extra_info": map[string]any{}},
 		"node_errors": map[string]any{},
 	})
+}
+
+// writeA1111Error answers in A1111's error shape.
+func writeA1111Error(w http.ResponseWriter, status int, msg string) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	return json.NewEncoder(w).Encode(map[string]any{
+		"error": "GPUBusy", "detail": msg, "body": "", "errors": msg,
+	})
+}
+
+// imageEngine is the engine an image request goes to: the handler's
+// `engine`, or else the first engine of the kind its route belongs to
+// (the first image engine for a route of none, with an explicit class).
+// Nil if the turnstile has no such engine.
+func (h *Handler) imageEngine(c *config, r *http.Request) gpu.ImageEngine {
+	if h.Engine != "" {
+		return imageEngineNamed(c, h.Engine)
+	}
+	kind := imageKind(cleanPath(r))
+	for _, e := range c.gpu.Images {
+		if e.Kind() == kind {
+			return e
+		}
+	}
+	if kind == "" && h.class == classImage && len(c.gpu.Images) > 0 {
+		return c.gpu.Images[0]
+	}
+	return nil
+}
+
+func imageEngineNamed(c *config, name string) gpu.ImageEngine {
+	for _, e := range c.gpu.Images {
+		if e.Name() == name {
+			return e
+		}
+	}
+	return nil
 }

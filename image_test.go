@@ -85,12 +85,14 @@ func TestConsecutiveImageJobsSkipFreeAndWarm(t *testing.T) {
 
 func TestValidationErrorReleasesAtOnce(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
+	h.waitIdle()
+	frees := h.comfy.Frees() // the start-up free, if ComfyUI answered the probe
 	r := h.post(context.Background(), h.image+"/prompt", `{"prompt":{"1":{"class_type":"ImageBlur","inputs":{"blur_radius":40}},"9":{"class_type":"PreviewImage"}}}`)
 	if r.status != 400 || !strings.Contains(r.body, "prompt_outputs_failed_validation") || !strings.Contains(r.body, "node_errors") {
 		t.Fatalf("got %d %s, want ComfyUI's 400 unchanged", r.status, r.body)
 	}
 	h.waitIdle()
-	if h.comfy.Frees() != 0 {
+	if h.comfy.Frees() != frees {
 		t.Fatal("freed after a prompt that queued nothing")
 	}
 	// Non-JSON gets ComfyUI's 500, and releases too.
@@ -288,7 +290,7 @@ func TestOllamaFailingRefusesTheJob(t *testing.T) {
 		t.Fatalf("got %d %s, want 503 and no prompt at ComfyUI", r.status, r.body)
 	}
 	h.waitIdle()
-	if got := counterValue(t, upstreamErrors.WithLabelValues("default", "ollama", "unload")); got < 1 {
+	if got := counterValue(t, upstreamErrors.WithLabelValues("default", "ollama", "ollama", "unload")); got < 1 {
 		t.Fatal("the failed unload was not counted")
 	}
 }
@@ -298,10 +300,10 @@ func TestOllamaFailingRefusesTheJob(t *testing.T) {
 func TestFreeTimeoutReleases(t *testing.T) {
 	h := newHarness(t, harnessOptions{settings: "free_timeout 200ms"})
 	h.comfy.SetFreeStuck(true)
-	before := counterValue(t, upstreamErrors.WithLabelValues("default", "comfy", "free"))
+	before := counterValue(t, upstreamErrors.WithLabelValues("default", "comfy", "comfyui", "free"))
 	promptID(t, h.post(context.Background(), h.image+"/prompt", promptBody(10)))
 	h.waitIdle()
-	if got := counterValue(t, upstreamErrors.WithLabelValues("default", "comfy", "free")) - before; got != 1 {
+	if got := counterValue(t, upstreamErrors.WithLabelValues("default", "comfy", "comfyui", "free")) - before; got != 1 {
 		t.Fatalf("free failures counted %v, want 1", got)
 	}
 }

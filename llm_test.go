@@ -98,7 +98,7 @@ func TestPassthroughRoutesAreUntouched(t *testing.T) {
 	}
 	// A new prompt through Caddy waits for the GPU; the socket is not
 	// blocked meanwhile, and receives the broadcast when the job is stopped.
-	h.post(ctx, h.image+"/interrupt", `{}`)
+	h.interruptRunning(h.image)
 	for !strings.Contains(string(msg), `"queue_remaining":0`) {
 		// The job's own messages come to the browser's client id too.
 		if _, msg, err = conn.Read(ctx); err != nil {

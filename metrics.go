@@ -27,21 +27,27 @@ var (
 
 	unloadSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "gpu_turnstile_unload_seconds",
-		Help:    "Time Ollama took to unload its models before exclusive use.",
+		Help:    "Time an LLM engine took to unload its models (or sleep) before exclusive use, by engine.",
 		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60},
-	}, []string{"turnstile"})
+	}, []string{"turnstile", "engine"})
 
 	freeSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "gpu_turnstile_free_seconds",
-		Help:    "Time ComfyUI took to free its memory after exclusive use.",
+		Help:    "Time an image engine took to free its memory after its work, by engine.",
 		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30},
-	}, []string{"turnstile"})
+	}, []string{"turnstile", "engine"})
+
+	wakeSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "gpu_turnstile_wake_seconds",
+		Help:    "Time an LLM engine that was put to sleep (vLLM) took to wake before LLM use, by engine.",
+		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60},
+	}, []string{"turnstile", "engine"})
 
 	warmSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "gpu_turnstile_warm_seconds",
-		Help:    "Time the warm_model took to load after exclusive use.",
+		Help:    "Time the warm_model took to load after exclusive use, by engine.",
 		Buckets: []float64{0.5, 1, 2, 5, 10, 30, 60, 120},
-	}, []string{"turnstile"})
+	}, []string{"turnstile", "engine"})
 
 	jobSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "gpu_turnstile_job_seconds",
@@ -61,8 +67,8 @@ var (
 
 	upstreamErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gpu_turnstile_upstream_errors_total",
-		Help: "Failed calls the turnstile made to an upstream, by upstream and operation.",
-	}, []string{"turnstile", "upstream", "op"})
+		Help: "Failed calls the turnstile made to an upstream, by upstream (an engine's kind, or vram), engine (its name) and operation.",
+	}, []string{"turnstile", "upstream", "engine", "op"})
 
 	stateDesc = prometheus.NewDesc("gpu_turnstile_state",
 		"What the GPU is used for: 0 idle, 1 llm, 2 image, 3 hold.", []string{"turnstile"}, nil)
@@ -123,7 +129,7 @@ func stateNumber(s string) int {
 }
 
 var collectors = []prometheus.Collector{
-	imageJobs, lockWait, unloadSeconds, freeSeconds, warmSeconds, jobSeconds,
+	imageJobs, lockWait, unloadSeconds, freeSeconds, wakeSeconds, warmSeconds, jobSeconds,
 	busyAnswers, holdEvents, upstreamErrors, stateCollector{},
 }
 
@@ -150,7 +156,6 @@ func registerMetrics(reg *prometheus.Registry) error {
 type turnstileMetrics struct {
 	name                         string
 	waitLLM, waitImage, waitHold prometheus.Observer
-	unload, free, warm           prometheus.Observer
 	busyReject, busyTimeout      prometheus.Counter
 	busyOverload                 prometheus.Counter
 	upstreamErrors               *prometheus.CounterVec
@@ -162,9 +167,6 @@ func newTurnstileMetrics(name string) *turnstileMetrics {
 		waitLLM:        lockWait.WithLabelValues(name, "llm"),
 		waitImage:      lockWait.WithLabelValues(name, "image"),
 		waitHold:       lockWait.WithLabelValues(name, "hold"),
-		unload:         unloadSeconds.WithLabelValues(name),
-		free:           freeSeconds.WithLabelValues(name),
-		warm:           warmSeconds.WithLabelValues(name),
 		busyReject:     busyAnswers.WithLabelValues(name, "reject"),
 		busyTimeout:    busyAnswers.WithLabelValues(name, "timeout"),
 		busyOverload:   busyAnswers.WithLabelValues(name, "overload"),
@@ -181,21 +183,21 @@ func (m *turnstileMetrics) Waited(kind lock.State, d time.Duration) {
 	}
 }
 
+// steps are the per-engine step histograms, by step.
+var steps = map[string]*prometheus.HistogramVec{
+	"unload": unloadSeconds, "free": freeSeconds, "wake": wakeSeconds, "warm": warmSeconds,
+}
+
 // Step implements gpu.Metrics.
-func (m *turnstileMetrics) Step(step string, d time.Duration) {
-	switch step {
-	case "unload":
-		m.unload.Observe(d.Seconds())
-	case "free":
-		m.free.Observe(d.Seconds())
-	case "warm":
-		m.warm.Observe(d.Seconds())
+func (m *turnstileMetrics) Step(step, engine string, d time.Duration) {
+	if h := steps[step]; h != nil {
+		h.WithLabelValues(m.name, engine).Observe(d.Seconds())
 	}
 }
 
 // UpstreamError implements gpu.Metrics.
-func (m *turnstileMetrics) UpstreamError(upstream, op string) {
-	m.upstreamErrors.WithLabelValues(m.name, upstream, op).Inc()
+func (m *turnstileMetrics) UpstreamError(upstream, engine, op string) {
+	m.upstreamErrors.WithLabelValues(m.name, upstream, engine, op).Inc()
 }
 
 // JobEnded implements gpu.Metrics.

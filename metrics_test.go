@@ -76,7 +76,7 @@ func TestMetricsMoveAndSurviveReloads(t *testing.T) {
 	if got := h.metric(t, `gpu_turnstile_state{turnstile="default"}`); got != 0 {
 		t.Fatalf("state gauge %v when idle", got)
 	}
-	for _, s := range []string{`gpu_turnstile_unload_seconds_count{turnstile="default"}`, `gpu_turnstile_free_seconds_count{turnstile="default"}`,
+	for _, s := range []string{`gpu_turnstile_unload_seconds_count{engine="ollama",turnstile="default"}`, `gpu_turnstile_free_seconds_count{engine="comfyui",turnstile="default"}`,
 		`gpu_turnstile_holds_total{event="granted",turnstile="default"}`, `gpu_turnstile_llm_inflight{turnstile="default"}`,
 		`gpu_turnstile_image_pending{turnstile="default"}`} {
 		h.metric(t, s) // present
@@ -96,8 +96,10 @@ func TestMetricsPassPromlint(t *testing.T) {
 	imageJobs.WithLabelValues("lint", "success").Add(0)
 	jobSeconds.WithLabelValues("lint", "success").Observe(0)
 	holdEvents.WithLabelValues("lint", "granted").Add(0)
-	upstreamErrors.WithLabelValues("lint", "ollama", "unload").Add(0)
-	newTurnstileMetrics("lint").unload.Observe(0)
+	upstreamErrors.WithLabelValues("lint", "ollama", "ollama", "unload").Add(0)
+	for step := range steps {
+		newTurnstileMetrics("lint").Step(step, "lint", 0)
+	}
 	newTurnstileMetrics("lint").busyReject.Add(0)
 	newTurnstileMetrics("lint").busyOverload.Add(0)
 	// A turnstile in the pool, so the gauges read at scrape time are there.

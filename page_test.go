@@ -117,7 +117,7 @@ func TestStatusPageInABrowser(t *testing.T) {
 		t.Fatalf("summary %q", summary)
 	}
 	shot := screenshot(t, ctx, "status-page-image.png")
-	h.do("POST", h.comfy.URL+"/interrupt", "{}")
+	h.interruptRunning(h.comfy.URL)
 	if err := waitState("IDLE"); err != nil {
 		t.Fatalf("page did not come back to IDLE: %v", err)
 	}
@@ -212,6 +212,6 @@ func TestStatusPageScreenshot(t *testing.T) {
 	if err := os.WriteFile(out, png, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	h.do("POST", h.comfy.URL+"/interrupt", "{}")
+	h.interruptRunning(h.comfy.URL)
 	h.waitIdle()
 }

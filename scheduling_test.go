@@ -63,7 +63,7 @@ func TestDuringJob(t *testing.T) {
 				t.Fatalf("status %d, want %d", resp.StatusCode, want)
 			}
 			h.overlapExpected = mode == "allow" // the documented trade-off
-			h.do("POST", h.comfy.URL+"/interrupt", "{}")
+			h.interruptRunning(h.comfy.URL)
 			h.waitIdle()
 		})
 	}

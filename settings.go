@@ -10,7 +10,6 @@ import (
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama"
 )
 
 // Settings configure one turnstile: the GPU it guards and the two services
@@ -23,8 +22,17 @@ type Settings struct {
 
 	// ComfyUI's URL (e.g. http://127.0.0.1:8189). Empty disables the
 	// ComfyUI consumer: image requests pass through untouched. At least one
-	// of ollama and comfy is required.
+	// engine (ollama, comfy, llm or image) is required.
 	Comfy string `json:"comfy,omitempty"`
+
+	// More LLM engines, after ollama: Caddyfile `llm KIND URL [{ name
+	// NAME }]`, repeatable. Every one is emptied, and the emptying
+	// confirmed, before exclusive use.
+	LLM []EngineSettings `json:"llm,omitempty"`
+
+	// More image engines, after comfy: Caddyfile `image KIND URL [{ name
+	// NAME }]`, repeatable.
+	Image []EngineSettings `json:"image,omitempty"`
 
 	// What a blocked LLM request does: "wait" (default) holds it until the
 	// GPU is free, up to llm_wait_timeout; "reject" answers at once with
@@ -163,9 +171,9 @@ const (
 // built; one is made per config load and swapped in when the config starts.
 type config struct {
 	Settings
-	gpu          gpu.Config     // what the orchestration of the GPU uses
-	ollama       *ollama.Client // nil if disabled
-	comfy        *comfy.Client  // nil if disabled
+	gpu          gpu.Config    // what the orchestration of the GPU uses
+	comfy        *comfy.Client // the first ComfyUI engine's, for the comfy VRAM probe; nil if none
+	comfyName    string        // that engine's name
 	historyPoll  time.Duration
 	reject       bool
 	busyStatus   int
@@ -183,37 +191,32 @@ func (s Settings) validate() (*config, error) {
 	c := &config{Settings: s}
 	c.gpu = gpu.Config{WarmModel: s.WarmModel, EarlyUnload: s.EarlyUnload, MaxImageStreak: s.MaxImageStreak, MinFreeVRAM: s.MinFreeVRAM}
 	for _, check := range []func(Settings, *config) error{
-		validateUpstreams, validateBusy, validateDurations, validateLimits, validateVRAM,
+		validateBusy, validateDurations, validateEngines, validateLimits, validateVRAM, validateWarm,
 	} {
 		if err := check(s, c); err != nil {
 			return nil, err
 		}
 	}
-	if s.WarmModel != "" && c.ollama == nil {
-		return nil, fmt.Errorf("warm_model: %q needs ollama to be set", s.WarmModel)
-	}
-	c.engines()
 	return c, nil
 }
 
-// validateUpstreams builds the clients of the upstreams that are set.
-func validateUpstreams(s Settings, c *config) error {
-	if s.Ollama == "" && s.Comfy == "" {
-		return fmt.Errorf("at least one of ollama and comfy must be set")
+// validateWarm picks the engine that loads warm_model: the first LLM
+// engine that can warm.
+func validateWarm(s Settings, c *config) error {
+	if s.WarmModel == "" {
+		return nil
 	}
-	var err error
-	if s.Ollama != "" {
-		if c.ollama, err = ollama.NewClient(s.Ollama, nil); err != nil {
-			return fmt.Errorf("ollama: %v", err)
+	for _, e := range c.gpu.LLMs {
+		if warms[e.Kind()] {
+			c.gpu.WarmEngine = e
+			return nil
 		}
 	}
-	if s.Comfy != "" {
-		if c.comfy, err = comfy.NewClient(s.Comfy, nil); err != nil {
-			return fmt.Errorf("comfy: %v", err)
-		}
-	}
-	return nil
+	return fmt.Errorf("warm_model: %q needs an engine that can load it ahead (ollama or llamacpp)", s.WarmModel)
 }
+
+// warms are the LLM engine kinds that can load a model ahead of a request.
+var warms = map[string]bool{"ollama": true, "llamacpp": true}
 
 // validateBusy checks what a blocked LLM request is answered.
 func validateBusy(s Settings, c *config) error {
@@ -306,9 +309,9 @@ func validateVRAM(s Settings, c *config) error {
 	case "", "comfy":
 		if s.MinFreeVRAM > 0 {
 			if c.comfy == nil {
-				return fmt.Errorf("min_free_vram: the comfy probe needs comfy to be set (or vram_probe nvidia-smi)")
+				return fmt.Errorf("min_free_vram: the comfy probe needs comfy (a comfyui engine) or vram_probe nvidia-smi")
 			}
-			c.gpu.Probe = gpu.ComfyProbe{Client: c.comfy, Index: s.GPUIndex}
+			c.gpu.Probe = gpu.ComfyProbe{Engine: c.comfyName, Client: c.comfy, Index: s.GPUIndex}
 		}
 	case "nvidia-smi":
 		if s.MinFreeVRAM > 0 {
@@ -320,18 +323,6 @@ func validateVRAM(s Settings, c *config) error {
 		return fmt.Errorf("vram_probe: %q is neither comfy nor nvidia-smi", s.VRAMProbe)
 	}
 	return nil
-}
-
-// engines puts the configured upstreams behind the GPU's engine
-// interfaces.
-func (c *config) engines() {
-	if c.ollama != nil {
-		c.gpu.LLM = gpu.NewOllama(c.ollama, c.gpu.UnloadPoll)
-	}
-	if c.comfy != nil {
-		c.gpu.Image = gpu.NewComfy(c.comfy, gpu.ComfyOptions{HistoryPoll: c.historyPoll, FreePoll: c.gpu.UnloadPoll,
-			BackoffInitial: c.gpu.BackoffInitial, BackoffMax: c.gpu.BackoffMax})
-	}
 }
 
 // locate finds what the settings need on this host, when the config

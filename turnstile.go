@@ -21,8 +21,6 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
-
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 )
 
 func init() {
@@ -104,8 +102,7 @@ func (a *App) Start() error {
 		c := a.configs[name]
 		log := a.logger.With(zap.String("turnstile", name))
 		ts.apply(c, log)
-		log.Info("gpu turnstile ready",
-			zap.String("ollama", gpu.RedactURL(c.Ollama)), zap.String("comfy", gpu.RedactURL(c.Comfy)),
+		log.Info("gpu turnstile ready", zap.Strings("engines", engineSummary(c)),
 			zap.String("llm_busy_mode", map[bool]string{false: "wait", true: "reject"}[c.reject]),
 			zap.Int("llm_busy_status", c.busyStatus), zap.Duration("busy_retry_after", c.retryAfter),
 			zap.Duration("llm_wait_timeout", c.llmWait), zap.Duration("unload_timeout", c.gpu.UnloadTimeout),
@@ -172,6 +169,12 @@ type Handler struct {
 	// The turnstile (GPU) to use. Default "default".
 	Turnstile string `json:"turnstile,omitempty"`
 
+	// The image engine (by name) that image requests go to. Default: the
+	// turnstile's first engine of the kind the route belongs to
+	// (/prompt: comfyui; /sdapi/v1/...: a1111). Needed only with two
+	// image engines of one kind.
+	Engine string `json:"engine,omitempty"`
+
 	// DuringJob decides what an LLM request does when it would wait for a
 	// running image job: "allow" lets it through as part of the job (its
 	// model loads beside the job's: keep it small), "reject" answers at
@@ -205,8 +208,25 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	default:
 		return fmt.Errorf("gpu_turnstile: during_job %q is neither allow nor reject", h.DuringJob)
 	}
-	h.ts, err = lookupTurnstile(ctx, h.Turnstile)
-	return err
+	if h.ts, err = lookupTurnstile(ctx, h.Turnstile); err != nil {
+		return err
+	}
+	if h.Engine != "" {
+		if c := h.provisioningConfig(ctx); c != nil && imageEngineNamed(c, h.Engine) == nil {
+			return fmt.Errorf("gpu_turnstile: engine %q: turnstile %q has no image engine of that name", h.Engine, h.ts.name)
+		}
+	}
+	return nil
+}
+
+// provisioningConfig is the config of h's turnstile that is being loaded
+// with h.
+func (h *Handler) provisioningConfig(ctx caddy.Context) *config {
+	app, err := ctx.App("gpu_turnstile")
+	if err != nil {
+		return nil
+	}
+	return app.(*App).configs[h.ts.name]
 }
 
 // handledVar marks a request that a gpu_turnstile handler has taken care

@@ -17,9 +17,10 @@ type activity struct {
 	job *Job
 	// probing is set while job is the start-up probe.
 	probing bool
-	// direct is set from the moment work queued directly on the image
-	// engine is seen until the GPU has been given back after it.
-	direct bool
+	// direct holds, by image engine name, work started on it directly:
+	// from the moment it is seen until the GPU has been given back after
+	// it.
+	direct map[string]bool
 	// warming is set while a warm-up holds a shared place.
 	warming bool
 	// holds are the external holds that own the GPU.
@@ -100,23 +101,27 @@ func (g *GPU) Probing() bool {
 	return g.act.probing
 }
 
-// takeDirect reports whether work queued directly on the image engine
-// should now be given the GPU: no job of ours holds it and nobody is
-// taking care of such work yet. If so, the caller takes care of it and
-// calls endDirect when done.
-func (g *GPU) takeDirect() bool {
+// takeDirect reports whether work started directly on e should now be
+// given the GPU: no job of ours on e holds it (a job drains e's queue
+// before it ends) and nobody is taking care of such work yet. If so, the
+// caller takes care of it and calls endDirect when done.
+func (g *GPU) takeDirect(e ImageEngine) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.act.job != nil || g.act.direct {
+	name := e.Name()
+	if (g.act.job != nil && g.act.job.Engine == name) || g.act.direct[name] {
 		return false
 	}
-	g.act.direct = true
+	if g.act.direct == nil {
+		g.act.direct = map[string]bool{}
+	}
+	g.act.direct[name] = true
 	return true
 }
 
-func (g *GPU) endDirect() {
+func (g *GPU) endDirect(e ImageEngine) {
 	g.mu.Lock()
-	g.act.direct = false
+	delete(g.act.direct, e.Name())
 	g.mu.Unlock()
 }
 
@@ -157,7 +162,7 @@ func (u *use) end() {
 		return
 	}
 	u.ended = true
-	if !u.g.lock.ReleaseExclusive(u.owesFree) && u.warmAfter {
+	if !u.g.lock.ReleaseExclusive(u.owesFree || u.g.owed(u.c)) && u.warmAfter {
 		u.g.warm()
 	}
 }

@@ -35,20 +35,27 @@ func TestWaitersShowInTheStatus(t *testing.T) {
 	h.End("released")
 }
 
-func TestDirectWorkIsTakenOnlyWhenNoJobHoldsTheGPU(t *testing.T) {
+func TestDirectWorkIsTakenOnlyWhenNoJobOnItsEngineHoldsTheGPU(t *testing.T) {
 	t.Parallel()
 	g := New("direct", &recorder{})
 	defer g.Close()
-	g.setJob(&Job{Source: "proxy", Phase: "running", Started: time.Now()})
-	if g.takeDirect() {
-		t.Fatal("direct work taken while a job of ours holds the GPU")
+	img, other := &fakeImage{}, &fakeImage{name: "other"}
+	g.setJob(&Job{Engine: img.Name(), Source: "proxy", Phase: "running", Started: time.Now()})
+	if g.takeDirect(img) {
+		t.Fatal("direct work taken while a job of ours on its engine holds the GPU")
 	}
+	// Work started on another engine while the job runs waits its turn
+	// for the GPU: it is taken care of now.
+	if !g.takeDirect(other) {
+		t.Fatal("direct work on another engine not taken while a job holds the GPU")
+	}
+	g.endDirect(other)
 	g.setJob(nil)
-	if !g.takeDirect() || g.takeDirect() {
+	if !g.takeDirect(img) || g.takeDirect(img) {
 		t.Fatal("direct work must be taken exactly once")
 	}
-	g.endDirect()
-	if !g.takeDirect() {
+	g.endDirect(img)
+	if !g.takeDirect(img) {
 		t.Fatal("direct work not taken again after the last ended")
 	}
 }

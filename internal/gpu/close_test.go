@@ -12,6 +12,7 @@ import (
 // fakeImage is an ImageEngine in memory whose jobs run until cancelled and
 // take a while to notice.
 type fakeImage struct {
+	name    string
 	stopped atomic.Bool // a job watch returned
 	frees   atomic.Int64
 }
@@ -23,8 +24,15 @@ func (w fakeWatch) Changed() <-chan struct{}            { return w.changed }
 func (w fakeWatch) QueueRemaining() (n int, known bool) { return 0, false }
 
 func (f *fakeImage) Kind() string { return "fakeimg" }
-func (f *fakeImage) Name() string { return "fake image engine" }
-func (f *fakeImage) URL() string  { return "mem://image" }
+func (f *fakeImage) Name() string {
+	if f.name != "" {
+		return f.name
+	}
+	return "fake image engine"
+}
+func (f *fakeImage) URL() string { return "mem://image" }
+
+func (f *fakeImage) Synchronous() bool { return false }
 
 func (f *fakeImage) Watch(string, func(bool, error)) Watch {
 	return fakeWatch{changed: make(chan struct{})}
@@ -47,7 +55,7 @@ func TestCloseWaitsForTheJobWatch(t *testing.T) {
 	t.Parallel()
 	img := &fakeImage{}
 	c := testConfig()
-	c.LLM, c.Image = &fakeLLM{}, img
+	c.LLMs, c.Images = []LLMEngine{&fakeLLM{}}, []ImageEngine{img}
 	g := New("close", &recorder{})
 	g.Apply(c, zap.NewNop())
 	deadline := time.Now().Add(5 * time.Second)
@@ -57,7 +65,7 @@ func TestCloseWaitsForTheJobWatch(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	job, err := g.BeginImage(context.Background())
+	job, err := g.BeginImage(context.Background(), "")
 	if err != nil {
 		t.Fatal(err)
 	}

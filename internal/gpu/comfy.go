@@ -11,7 +11,8 @@ import (
 
 // Comfy is the ImageEngine of a ComfyUI server.
 type Comfy struct {
-	c *comfy.Client
+	name string
+	c    *comfy.Client
 	ComfyOptions
 }
 
@@ -22,12 +23,18 @@ type ComfyOptions struct {
 	BackoffInitial, BackoffMax time.Duration // reconnecting the websocket
 }
 
-// NewComfy adapts c.
-func NewComfy(c *comfy.Client, o ComfyOptions) *Comfy { return &Comfy{c: c, ComfyOptions: o} }
+// NewComfy adapts c, the engine named name.
+func NewComfy(name string, c *comfy.Client, o ComfyOptions) *Comfy {
+	return &Comfy{name: name, c: c, ComfyOptions: o}
+}
 
-func (e *Comfy) Kind() string { return "comfy" }
-func (e *Comfy) Name() string { return "comfyui" }
+func (e *Comfy) Kind() string { return "comfyui" }
+func (e *Comfy) Name() string { return e.name }
 func (e *Comfy) URL() string  { return e.c.URL() }
+
+// Synchronous implements ImageEngine: a prompt is queued, and its
+// prompt_id followed to the job's end.
+func (e *Comfy) Synchronous() bool { return false }
 
 // Watch implements ImageEngine with ComfyUI's /ws.
 func (e *Comfy) Watch(clientID string, report func(bool, error)) Watch {
@@ -74,11 +81,12 @@ func (e *Comfy) Free(ctx context.Context) (bool, error) {
 // what CUDA reports for the whole card, so Ollama's memory shows in it
 // too, less what PyTorch keeps reserved inside ComfyUI.
 type ComfyProbe struct {
+	Engine string // the engine's name in the turnstile
 	Client *comfy.Client
 	Index  int // the CUDA index of the GPU (gpu_index)
 }
 
-func (p ComfyProbe) String() string { return "comfyui /system_stats" }
+func (p ComfyProbe) String() string { return p.Engine }
 
 // FreeVRAM implements VRAMProbe.
 func (p ComfyProbe) FreeVRAM(ctx context.Context) (int64, error) {

@@ -9,18 +9,26 @@ import (
 )
 
 // The orchestration drives the engines that share the GPU only through
-// these interfaces; ollama.go and comfy.go adapt the Ollama and ComfyUI
-// clients to them. Another engine is another adapter.
+// these interfaces; one adapter per engine (ollama.go, llamacpp.go,
+// llamaswap.go, vllm.go, comfy.go, a1111.go) fits its client to them.
+// Another engine is another adapter.
 
-// LLMEngine is an engine whose requests share the GPU.
-type LLMEngine interface {
-	// Kind is the engine's key in the status and its metrics label
-	// ("ollama"); Name is how messages call it.
+// Engine is what every engine has: a kind ("ollama", "comfyui"), a name
+// unique in its turnstile (its kind unless the config names it), which
+// the status, the metrics and the messages use, and a URL.
+type Engine interface {
 	Kind() string
 	Name() string
 	URL() string
+}
 
-	// Loaded lists the models loaded now.
+// LLMEngine is an engine whose requests share the GPU.
+type LLMEngine interface {
+	Engine
+
+	// Loaded lists the models loaded now. An error wrapping
+	// ErrCannotEmpty says the engine can never be emptied as it runs
+	// (a single-model llama-server, a vLLM without its sleep routes).
 	Loaded(ctx context.Context) ([]string, error)
 
 	// Empty unloads every model and confirms that the engine holds no
@@ -36,17 +44,27 @@ type LLMEngine interface {
 	// for it (early_unload) and returns how many it asked for.
 	UnloadSoon(ctx context.Context) (int, error)
 
-	// Warm loads model.
+	// Warm loads model; an error wrapping ErrNoWarm says the engine
+	// cannot.
 	Warm(ctx context.Context, model string) error
+}
+
+// Waker is an LLMEngine that stays empty once emptied (vLLM asleep queues
+// its requests and never wakes by itself): it is woken, and the wake
+// confirmed, before LLM requests go again. Engines that load on demand are
+// not Wakers.
+type Waker interface {
+	Wake(ctx context.Context) error
 }
 
 // ImageEngine is an engine whose jobs take the GPU alone.
 type ImageEngine interface {
-	// Kind is the engine's key in the status and its metrics label
-	// ("comfy"); Name is how messages and job sources call it.
-	Kind() string
-	Name() string
-	URL() string
+	Engine
+
+	// Synchronous reports whether a job is the request itself (A1111:
+	// the answer comes at the job's end), rather than queued and
+	// followed to its end (ComfyUI's prompt_id).
+	Synchronous() bool
 
 	// Watch returns a watch over the engine's events (run it with Run),
 	// which tells of queue changes as they happen; report is told when
@@ -74,6 +92,13 @@ type ImageEngine interface {
 	Free(ctx context.Context) (confirmed bool, err error)
 }
 
+// Preparer is an ImageEngine that needs a step before a job once it has
+// been freed (A1111 does not move its checkpoint back to the GPU by
+// itself).
+type Preparer interface {
+	Prepare(ctx context.Context) error
+}
+
 // Watch follows an image engine's events.
 type Watch interface {
 	Run(ctx context.Context)
@@ -91,6 +116,14 @@ var (
 	// ErrNotEmptied is wrapped by the error of an LLM engine that could
 	// not be emptied.
 	ErrNotEmptied = errors.New("could not be emptied")
+
+	// ErrCannotEmpty is wrapped by the error of an LLM engine that can
+	// never be emptied as it runs; it matches ErrNotEmptied too.
+	ErrCannotEmpty = mark(errors.New("cannot be emptied as it runs"), ErrNotEmptied)
+
+	// ErrNoWarm is wrapped by the error of an engine that cannot warm a
+	// model.
+	ErrNoWarm = errors.New("cannot warm a model")
 
 	// ErrNoGPUReading is wrapped by the error of an engine or probe that
 	// reports no GPU memory, so its frees cannot be confirmed.

@@ -55,7 +55,7 @@ func (f *fakeLLM) Warm(_ context.Context, model string) error {
 func newFakeGPU(t *testing.T, e *fakeLLM, edit func(*Config)) (*GPU, *recorder) {
 	t.Helper()
 	c := testConfig()
-	c.LLM = e
+	c.LLMs = []LLMEngine{e}
 	if edit != nil {
 		edit(c)
 	}

@@ -1,9 +1,11 @@
-// Package gpu orchestrates one GPU shared by an LLM engine (Ollama) and an
-// image engine (ComfyUI): it decides what the GPU does. It takes the lock
-// of package lock for each use, empties Ollama before exclusive use, frees
-// ComfyUI after it and warms a model again, watches image jobs to their
-// end, guards work queued on ComfyUI directly, and keeps holds, the recent
-// history and the status.
+// Package gpu orchestrates one GPU shared by LLM engines (Ollama,
+// llama.cpp, llama-swap, vLLM) and image engines (ComfyUI, Automatic1111
+// and Forge): it decides what the GPU does. It takes the lock of package
+// lock for each use, empties every LLM engine before exclusive use, frees
+// the image engines after it, wakes the LLM engines that need it and warms
+// a model again, watches image jobs to their end, guards work started on
+// an image engine directly, and keeps holds, the recent history and the
+// status.
 //
 // It knows nothing of Caddy or Prometheus: the caller brings the settings
 // (Config), a Metrics sink and a logger, and answers HTTP itself. Logs go
@@ -28,10 +30,11 @@ import (
 // Config is what the orchestration of one GPU needs of a turnstile's
 // settings, with defaults filled in and clients built.
 type Config struct {
-	LLM   LLMEngine   // nil if none
-	Image ImageEngine // nil if none
+	LLMs   []LLMEngine   // in config order
+	Images []ImageEngine // in config order
 
-	WarmModel      string // "" for none
+	WarmModel      string    // "" for none
+	WarmEngine     LLMEngine // the engine that warms it; nil for the first of LLMs
 	EarlyUnload    bool
 	MaxImageStreak int
 	MinFreeVRAM    int64
@@ -49,11 +52,14 @@ type Config struct {
 type Metrics interface {
 	// Waited reports how long an exclusive user (image job, hold) waited.
 	Waited(kind lock.State, d time.Duration)
-	// Step reports a timed step: "unload", "free" or "warm".
-	Step(step string, d time.Duration)
-	// UpstreamError counts a failed call to an upstream ("ollama",
-	// "comfy", "vram") for an operation ("unload", "free", "warm", "probe").
-	UpstreamError(upstream, op string)
+	// Step reports a timed step of an engine (by name): "unload", "free",
+	// "wake" or "warm".
+	Step(step, engine string, d time.Duration)
+	// UpstreamError counts a failed call to an upstream for an operation
+	// ("unload", "free", "wake", "warm", "probe"): upstream is an engine's
+	// kind ("ollama", "comfy" for ComfyUI) or "vram", engine its name
+	// ("" for vram).
+	UpstreamError(upstream, engine, op string)
 	// JobEnded reports an image job that held the GPU, by outcome.
 	JobEnded(outcome string, d time.Duration)
 	// HoldEvent counts a hold's event: granted, released, expired,
@@ -82,24 +88,18 @@ type GPU struct {
 	closed  bool
 	running sync.WaitGroup
 
-	mu        sync.Mutex // guards what follows, up to abnormal
-	started   bool
-	watchURL  string
-	watcher   Watch // the image engine's, nil without one
-	stopWatch context.CancelFunc
-	act       activity // what holds or waits for the GPU (activity.go)
+	mu      sync.Mutex // guards what follows, up to abnormal
+	started bool
+	watches map[string]*engineWatch // by image engine name
+	act     activity                // what holds or waits for the GPU (activity.go)
 
 	// abnormal is when LLM use last ended abnormally (UnixNano; 0: not
-	// since the LLM engine was last confirmed empty). See emptyLLM.
+	// since the LLM engines were last confirmed empty). See emptyLLM.
 	abnormal atomic.Int64
-	// What the engines' health was at last contact; not what the GPU
-	// does, which is act's.
-	llmUp,
-	imageUp reachability
-	wsUp atomic.Bool
-	// noGPUReading is set once the image engine is seen to report no GPU
-	// memory.
-	noGPUReading atomic.Bool
+
+	// runs are the engines' records, by name (engines.go).
+	runsMu sync.Mutex
+	runs   atomic.Pointer[map[string]*engineRun]
 
 	// trMu guards the fields Transition writes. Transition runs under
 	// the lock's mutex, and code holding mu calls into the lock, so it
@@ -143,8 +143,8 @@ func (g *GPU) Name() string { return g.name }
 func (g *GPU) Close() {
 	g.endHolds()
 	g.mu.Lock()
-	if g.stopWatch != nil {
-		g.stopWatch()
+	for _, w := range g.watches {
+		w.stop()
 	}
 	g.mu.Unlock()
 	g.cancel()
@@ -189,32 +189,47 @@ func (g *GPU) Apply(c *Config, log *zap.Logger) {
 
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if url := imageURL(c); url != g.watchURL {
-		if g.stopWatch != nil {
-			g.stopWatch()
-			g.stopWatch, g.watcher = nil, nil
-		}
-		g.watchURL = url
-		if c.Image != nil {
-			ctx, cancel := context.WithCancel(g.ctx)
-			g.stopWatch = cancel
-			g.watcher = c.Image.Watch("gpu-turnstile-"+g.name+"-"+randomID(), g.reportWatch)
-			w := g.watcher
-			g.spawn(func() { w.Run(ctx) })
-			g.spawn(func() { g.watchForeignWork(ctx, w) })
-		}
-	}
+	g.watchEngines(c)
 	if !g.started {
 		g.started = true
 		g.startUp(c)
 	}
 }
 
-func imageURL(c *Config) string {
-	if c.Image == nil {
-		return ""
+// engineWatch is the running watch over one image engine's events.
+type engineWatch struct {
+	url  string
+	w    Watch
+	stop context.CancelFunc
+}
+
+// watchEngines starts a watch over each image engine of c whose URL is new,
+// and stops those of engines c no longer has. It runs under g.mu.
+func (g *GPU) watchEngines(c *Config) {
+	if g.watches == nil {
+		g.watches = map[string]*engineWatch{}
 	}
-	return c.Image.URL()
+	keep := map[string]bool{}
+	for _, e := range c.Images {
+		keep[e.Name()] = true
+		if w := g.watches[e.Name()]; w != nil && w.url == e.URL() {
+			continue
+		} else if w != nil {
+			w.stop()
+		}
+		ctx, cancel := context.WithCancel(g.ctx)
+		run := g.run(e)
+		w := e.Watch("gpu-turnstile-"+g.name+"-"+randomID(), func(up bool, err error) { g.reportWatch(e, run, up, err) })
+		g.watches[e.Name()] = &engineWatch{url: e.URL(), w: w, stop: cancel}
+		g.spawn(func() { w.Run(ctx) })
+		g.spawn(func() { g.watchForeignWork(ctx, e, w) })
+	}
+	for name, w := range g.watches {
+		if !keep[name] {
+			w.stop()
+			delete(g.watches, name)
+		}
+	}
 }
 
 // Transition implements lock.Effects. It runs under the lock's mutex.
@@ -229,6 +244,9 @@ func (g *GPU) Transition(from, to lock.State) {
 		g.lastUser = to
 	}
 	g.trMu.Unlock()
+	if to == lock.LLM {
+		g.resumeLLM()
+	}
 	g.history.addTransition(now, from, to)
 	if log := g.log(); log.Core().Enabled(zap.DebugLevel) {
 		log.Debug("lock transition", zap.Stringer("from", from), zap.Stringer("to", to))

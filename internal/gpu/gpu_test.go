@@ -27,8 +27,8 @@ type recorder struct {
 }
 
 func (r *recorder) Waited(kind lock.State, _ time.Duration) { r.add(&r.waits, kind) }
-func (r *recorder) Step(step string, _ time.Duration)       { r.add(&r.steps, step) }
-func (r *recorder) UpstreamError(up, op string)             { r.add(&r.errors, up+" "+op) }
+func (r *recorder) Step(step, _ string, _ time.Duration)    { r.add(&r.steps, step) }
+func (r *recorder) UpstreamError(up, _, op string)          { r.add(&r.errors, up+" "+op) }
 func (r *recorder) JobEnded(outcome string, _ time.Duration) {
 	r.add(&r.jobs, outcome)
 }
@@ -84,8 +84,8 @@ func newFixture(t *testing.T, edit func(*Config)) *fixture {
 	}
 	f.clients.ollama, f.clients.comfy = oc, cc
 	f.cfg = testConfig()
-	f.cfg.LLM = NewOllama(oc, 20*time.Millisecond)
-	f.cfg.Image = NewComfy(cc, testComfyOptions)
+	f.cfg.LLMs = []LLMEngine{NewOllama("ollama", oc, 20*time.Millisecond)}
+	f.cfg.Images = []ImageEngine{NewComfy("comfyui", cc, testComfyOptions)}
 	if edit != nil {
 		edit(f.cfg)
 	}
@@ -143,7 +143,7 @@ func TestImageJobEmptiesOllamaAndFreesAfter(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil)
 	f.loadModel(t, "llama3.2")
-	job, err := f.g.BeginImage(context.Background())
+	job, err := f.g.BeginImage(context.Background(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestImageJobEmptiesOllamaAndFreesAfter(t *testing.T) {
 func TestImageJobEndedWithoutSubmissionGivesTheGPUBack(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, func(c *Config) { c.WarmModel = "llama3.2" })
-	job, err := f.g.BeginImage(context.Background())
+	job, err := f.g.BeginImage(context.Background(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestImageJobRefusedWhenOllamaCannotBeEmptied(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.UnloadTimeout = 300 * time.Millisecond })
 	f.loadModel(t, "llama3.2")
 	f.ollama.SetUnloadStuck(true)
-	job, err := f.g.BeginImage(context.Background())
+	job, err := f.g.BeginImage(context.Background(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +279,7 @@ func TestStartUpProbeHoldsTheGPUForQueuedWork(t *testing.T) {
 	g := New("probe", &recorder{})
 	defer g.Close()
 	c := testConfig()
-	c.Image = NewComfy(cc, testComfyOptions)
+	c.Images = []ImageEngine{NewComfy("comfyui", cc, testComfyOptions)}
 	g.Apply(c, zap.NewNop())
 	if st := g.Status(); st.State != "image" || st.Job == nil {
 		t.Fatalf("status at start-up %+v, want image for the probe", st)

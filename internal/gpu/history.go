@@ -29,6 +29,7 @@ type TransitionEntry struct {
 
 type JobEntry struct {
 	PromptID string    `json:"prompt_id,omitempty"`
+	Engine   string    `json:"engine,omitempty"`
 	Source   string    `json:"source"`
 	Started  time.Time `json:"started"`
 	Seconds  float64   `json:"seconds"`

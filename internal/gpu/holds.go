@@ -73,16 +73,17 @@ func (g *GPU) TakeHold(ctx context.Context, owner string, ttl time.Duration) (*H
 	return h, nil
 }
 
-// prepareHold empties both engines for the hold that u is: the LLM
-// engine, and the image engine through a free it pays at once. Once that
-// succeeds, the warm model is loaded again after the hold.
+// prepareHold empties every engine for the hold that u is: the LLM
+// engines, and the image engines that may hold memory through frees it
+// pays at once. Once that succeeds, the warm model is loaded again after
+// the hold.
 func (g *GPU) prepareHold(ctx context.Context, u *use) error {
-	if err := g.emptyForExclusive(u.c); err != nil {
+	if err := g.emptyForExclusive(u.c, nil); err != nil {
 		return err
 	}
-	// The debt is settled only by a free that did its job; otherwise it
-	// is owed again when the hold ends.
-	if u.c.Image != nil && g.free() {
+	// The lock's debt is settled once nothing is owed; an LLM engine put
+	// to sleep is still owed its wake when the hold ends.
+	if !g.owed(u.c) {
 		g.lock.Paid()
 	}
 	if err := ctx.Err(); err != nil {

@@ -2,6 +2,8 @@ package gpu
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"go.uber.org/zap"
@@ -13,8 +15,9 @@ import (
 // Job describes the image work holding the GPU.
 type Job struct {
 	PromptID string    `json:"prompt_id,omitempty"`
-	Source   string    `json:"source"` // "proxy", or the image engine's name (queued directly)
-	Phase    string    `json:"phase"`  // "unloading", "submitting", "running", "draining queue"
+	Engine   string    `json:"engine,omitempty"` // the image engine's name
+	Source   string    `json:"source"`           // "proxy", or the image engine's name (started there directly)
+	Phase    string    `json:"phase"`            // "unloading", "submitting", "running", "draining queue"
 	Started  time.Time `json:"started"`
 }
 
@@ -24,44 +27,120 @@ type Job struct {
 // has ended. Either way the GPU is given back exactly once.
 type ImageJob struct {
 	use
+	e       ImageEngine
 	started time.Time
 	source  string
 }
 
-// BeginImage waits, until ctx ends, for the GPU alone for an image prompt.
-func (g *GPU) BeginImage(ctx context.Context) (*ImageJob, error) {
+// ErrNoEngine is returned for a job on an image engine the turnstile does
+// not have.
+var ErrNoEngine = errors.New("no such image engine")
+
+// BeginImage waits, until ctx ends, for the GPU alone for an image job on
+// the image engine named engine (the first one if "").
+func (g *GPU) BeginImage(ctx context.Context, engine string) (*ImageJob, error) {
+	e := g.cfg().imageEngine(engine)
+	if e == nil {
+		return nil, fmt.Errorf("%w: %q", ErrNoEngine, engine)
+	}
 	if err := g.acquireExclusive(ctx, lock.ImageJob); err != nil {
 		return nil, err
 	}
-	j := &ImageJob{use: use{g: g, c: g.cfg()}, started: time.Now(), source: "proxy"}
-	g.setJob(&Job{Source: j.source, Phase: "unloading", Started: j.started})
+	j := &ImageJob{use: use{g: g, c: g.cfg()}, e: e, started: time.Now(), source: "proxy"}
+	g.setJob(&Job{Engine: e.Name(), Source: j.source, Phase: "unloading", Started: j.started})
 	return j, nil
 }
 
-// Prepare empties the LLM engine for the job. If that fails, the job has
-// ended ("refused"): the GPU is given back and the error says why.
+// Engine returns the job's image engine.
+func (j *ImageJob) Engine() ImageEngine { return j.e }
+
+// Prepare empties the LLM engines and frees the other image engines for
+// the job, and readies its own engine. If that fails, the job has ended
+// ("refused"): the GPU is given back and the error says why.
 func (j *ImageJob) Prepare() error {
-	if err := j.g.emptyForExclusive(j.c); err != nil {
+	err := j.g.emptyForExclusive(j.c, j.e)
+	if err == nil {
+		j.warmAfter = true
+		err = j.ready()
+	}
+	if err != nil {
 		j.finish("", "refused")
-		j.g.log().Error("image job refused: the GPU could not be emptied", zap.Error(err))
+		j.g.log().Error("image job refused: the GPU could not be readied for it", zap.Error(err))
 		return err
 	}
-	j.warmAfter = true
 	return nil
 }
 
-// Submitting marks the prompt as being forwarded to ComfyUI.
-func (j *ImageJob) Submitting() { j.g.setPhase("submitting") }
+// ready runs the engine's own step before a job, if it has one.
+func (j *ImageJob) ready() error {
+	p, ok := j.e.(Preparer)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(j.g.ctx, j.c.UnloadTimeout)
+	defer cancel()
+	if err := p.Prepare(ctx); err != nil {
+		j.g.run(j.e).up.set(err)
+		return fmt.Errorf("%s not readied for the job: %w", j.e.Name(), err)
+	}
+	return nil
+}
+
+// Submitting marks the job as being forwarded to its engine, which may
+// hold memory from then on.
+func (j *ImageJob) Submitting() {
+	j.g.setPhase("submitting")
+	j.g.run(j.e).set(stateRunning)
+}
 
 // End ends a job that queued nothing on the image engine: outcome says
 // why ("cancelled", "rejected", "failed").
 func (j *ImageJob) End(outcome string) { j.finish("", outcome) }
 
+// Ran ends the request of a synchronous job, which was the job (see
+// ImageEngine.Synchronous); outcome is "success", "failed", or "timeout"
+// if job_timeout cut it. The engine ran it and owes a free. The GPU stays
+// the job's until the engine is idle: work started on it directly and
+// queued behind the job runs next, and a job cut short still computes
+// until it has been interrupted.
+func (j *ImageJob) Ran(outcome string) {
+	j.ran()
+	j.g.setPhase("draining queue")
+	j.g.spawn(func() { j.drain(outcome) })
+}
+
+// drain waits, within job_timeout, until a synchronous job's engine is
+// idle, interrupting it past that, and ends the job.
+func (j *ImageJob) drain(outcome string) {
+	g, c, e := j.g, j.c, j.e
+	if outcome != "timeout" {
+		ctx, cancel := context.WithTimeout(g.ctx, c.JobTimeout-time.Since(j.started))
+		err := e.WaitIdle(ctx, g.currentWatcher(e))
+		cancel()
+		switch {
+		case err != nil && g.ctx.Err() != nil:
+			outcome = "shutdown"
+		case err != nil:
+			outcome = "timeout"
+		}
+	}
+	if outcome == "timeout" {
+		j.interrupt("")
+	}
+	j.finish("", outcome)
+}
+
+// ran records that work ran on the job's engine.
+func (j *ImageJob) ran() {
+	j.owesFree = true
+	j.g.run(j.e).owed.Store(true)
+}
+
 // Submitted says the image engine queued the job as id: the GPU stays the
 // job's until it has ended and the engine's queue is empty, bounded by
 // job_timeout.
 func (j *ImageJob) Submitted(id string) {
-	j.owesFree = true
+	j.ran()
 	j.g.setPromptID(id)
 	j.g.log().Info("image job queued; holding the GPU until it ends", zap.String("prompt_id", id))
 	j.g.spawn(func() { j.holdForJob(id) })
@@ -71,16 +150,16 @@ func (j *ImageJob) Submitted(id string) {
 // empty, bounded by job_timeout (then the job is interrupted), and gives
 // it back: to the next image job directly, or through a free to LLM use.
 func (j *ImageJob) holdForJob(id string) {
-	g, c := j.g, j.c
+	g, c, e := j.g, j.c, j.e
 	ctx, cancel := context.WithTimeout(g.ctx, c.JobTimeout-time.Since(j.started))
 	defer cancel()
-	w := g.currentWatcher()
-	outcome, err := c.Image.WaitJob(ctx, id, w)
+	w := g.currentWatcher(e)
+	outcome, err := e.WaitJob(ctx, id, w)
 	if err == nil && outcome != OutcomeLost {
 		g.setPhase("draining queue")
-		// Work queued directly on ComfyUI meanwhile would run on a GPU
-		// given to Ollama: wait for the whole queue.
-		err = c.Image.WaitIdle(ctx, w)
+		// Work queued directly on the engine meanwhile would run on a
+		// GPU given to LLM use: wait for the whole queue.
+		err = e.WaitIdle(ctx, w)
 	}
 	result := outcome
 	switch {
@@ -101,20 +180,20 @@ func (j *ImageJob) holdForJob(id string) {
 // empty: ComfyUI acts on an interrupt only at the job's next node or
 // sampler step, and until then the job computes on the GPU.
 func (j *ImageJob) interrupt(id string) {
-	g, c := j.g, j.c
+	g, c, e := j.g, j.c, j.e
 	g.setPhase("interrupting")
 	g.log().Error("image job exceeded job_timeout; interrupting it, and keeping the GPU for it until it has stopped",
 		zap.String("prompt_id", id), zap.Duration("job_timeout", c.JobTimeout), zap.Duration("interrupt_grace", c.InterruptGrace))
 	ctx, cancel := context.WithTimeout(g.ctx, c.InterruptGrace)
 	defer cancel()
 	start := time.Now()
-	if err := c.Image.Interrupt(ctx, id); err != nil && !jsonhttp.Refused(err) {
+	if err := e.Interrupt(ctx, id); err != nil && !jsonhttp.Refused(err) {
 		g.log().Warn("interrupt failed", zap.String("prompt_id", id), zap.Error(err))
 	}
-	w := g.currentWatcher()
-	outcome, err := c.Image.WaitJob(ctx, id, w)
+	w := g.currentWatcher(e)
+	outcome, err := e.WaitJob(ctx, id, w)
 	if err == nil {
-		err = c.Image.WaitIdle(ctx, w)
+		err = e.WaitIdle(ctx, w)
 	}
 	took := time.Since(start)
 	if err != nil {
@@ -135,8 +214,11 @@ func (j *ImageJob) finish(id, outcome string) {
 	took := time.Since(j.started)
 	if j.owesFree {
 		g.metrics.JobEnded(outcome, took)
-		g.history.addJob(JobEntry{PromptID: id, Source: j.source, Started: j.started, Seconds: took.Seconds(), Outcome: outcome})
+		g.history.addJob(JobEntry{PromptID: id, Engine: j.e.Name(), Source: j.source, Started: j.started, Seconds: took.Seconds(), Outcome: outcome})
 		g.log().Info("image job ended", zap.String("prompt_id", id), zap.String("outcome", outcome), zap.Duration("duration", took))
+	}
+	if run := g.run(j.e); run.is(stateRunning) {
+		run.set(stateReady)
 	}
 	g.setJob(nil)
 	j.end()

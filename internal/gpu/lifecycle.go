@@ -22,9 +22,10 @@ func (g *GPU) AcquireShared(ctx context.Context) error {
 }
 
 // acquireExclusive waits for the GPU for an image job or a hold. With
-// early_unload, Ollama is asked to unload while the LLM requests drain.
+// early_unload, the LLM engines are asked to unload while the LLM requests
+// drain.
 func (g *GPU) acquireExclusive(ctx context.Context, kind lock.Kind) error {
-	if c := g.cfg(); c != nil && c.EarlyUnload && c.LLM != nil && g.lock.State() == lock.LLM {
+	if c := g.cfg(); c != nil && c.EarlyUnload && len(c.LLMs) > 0 && g.lock.State() == lock.LLM {
 		g.spawn(func() { g.unloadEarly(c) })
 	}
 	start := time.Now()
@@ -38,63 +39,120 @@ func (g *GPU) acquireExclusive(ctx context.Context, kind lock.Kind) error {
 	return nil
 }
 
-// Free implements lock.Effects: ComfyUI's memory is freed, and the free
-// confirmed, before the GPU leaves exclusive use.
+// Free implements lock.Effects: before the GPU leaves exclusive use, the
+// image engines that ran are freed (confirmed), then the LLM engines that
+// were put to sleep are woken (confirmed).
 func (g *GPU) Free() { g.free() }
 
-// free frees the image engine and reports whether it did its job: the free
-// was confirmed or could not be checked, or the engine is not running.
-// False means it may still hold memory: the free was not confirmed within
-// free_timeout, or failed.
+// free readies the GPU for LLM use and reports whether every step did its
+// job: each owed free was confirmed or could not be checked (or the engine
+// is not running), each wake confirmed. False means an image engine may
+// still hold memory or an LLM engine still sleeps.
 func (g *GPU) free() (done bool) {
 	c := g.cfg()
-	if c == nil || c.Image == nil || g.ctx.Err() != nil {
-		return true // no ComfyUI, or Caddy is stopping and nobody will use the GPU after
+	if c == nil || g.ctx.Err() != nil {
+		return true // Caddy is stopping and nobody will use the GPU after
 	}
+	done = true
+	for _, e := range c.Images {
+		if g.run(e).owed.Load() && !g.freeImage(c, e) {
+			done = false
+		}
+	}
+	if done {
+		if err := g.waitVRAM(c, c.FreeTimeout, "LLM use"); err != nil {
+			g.log().Warn("LLM requests go ahead without the memory min_free_vram asks for", zap.Error(err))
+		}
+	}
+	for _, e := range c.LLMs {
+		if w, ok := e.(Waker); ok && g.run(e).owed.Load() && !g.wake(c, e, w) {
+			done = false
+		}
+	}
+	return done
+}
+
+// freeImage frees one image engine, within free_timeout, and reports
+// whether it did its job (see free).
+func (g *GPU) freeImage(c *Config, e ImageEngine) bool {
 	ctx, cancel := context.WithTimeout(g.ctx, c.FreeTimeout)
 	defer cancel()
+	run := g.run(e)
+	run.set(stateFreeing)
 	start := time.Now()
-	confirmed, err := c.Image.Free(ctx)
+	confirmed, err := e.Free(ctx)
 	if errors.Is(err, ErrNoGPUReading) {
-		g.reportNoGPUReading(err)
+		g.reportNoGPUReading(e.Name(), err)
 		err = nil
 	}
 	if err == nil && !confirmed {
-		g.log().Debug(c.Image.Name() + " free sent but not confirmed: the engine cannot show its memory falling")
+		g.log().Debug(e.Name() + " free sent but not confirmed: the engine cannot show its memory falling")
 	}
 	took := time.Since(start)
-	if err == nil {
-		if verr := g.waitVRAM(c, max(c.FreeTimeout-took, 0), "LLM use"); verr != nil {
-			g.log().Warn("LLM requests go ahead without the memory min_free_vram asks for", zap.Error(verr))
-		}
-		took = time.Since(start)
-	}
 	switch {
 	case err == nil:
-		g.imageUp.set(nil)
-		g.metrics.Step("free", took)
-		g.history.addEvent("free", took, "")
-		g.log().Info(c.Image.Name()+" freed", zap.Duration("duration", took))
+		run.up.set(nil)
+		g.metrics.Step("free", e.Name(), took)
+		g.history.addEvent("free", took, e.Name())
+		g.log().Info(e.Name()+" freed", zap.Duration("duration", took))
 	case jsonhttp.Refused(err):
-		g.imageUp.set(err)
-		g.log().Warn(c.Image.Name()+" refuses connections: not running, so holding no GPU memory", zap.Error(err))
+		run.up.set(err)
+		g.log().Warn(e.Name()+" refuses connections: not running, so holding no GPU memory", zap.Error(err))
 	default:
-		g.metrics.UpstreamError(c.Image.Kind(), "free")
-		g.log().Error(c.Image.Name()+" free not confirmed within free_timeout; releasing the GPU anyway",
+		run.set(stateReady)
+		g.metrics.UpstreamError(upstreamKind(e), e.Name(), "free")
+		g.log().Error(e.Name()+" free not confirmed within free_timeout; releasing the GPU anyway",
 			zap.Duration("free_timeout", c.FreeTimeout), zap.Error(err))
 		return false
 	}
+	run.set(stateFreed)
+	run.owed.Store(false)
 	return true
 }
 
-// reportNoGPUReading says once, in the log and the status, that ComfyUI
-// reports no GPU memory, so its frees and min_free_vram's comfy probe
-// cannot be confirmed.
-func (g *GPU) reportNoGPUReading(err error) {
-	if g.noGPUReading.CompareAndSwap(false, true) {
-		g.log().Warn("the image engine reports no GPU memory: its frees are not confirmed, and min_free_vram is not checked through it (use vram_probe nvidia-smi)",
+// wake wakes an LLM engine that was put to sleep and confirms it, within
+// unload_timeout, and reports whether it did.
+func (g *GPU) wake(c *Config, e LLMEngine, w Waker) bool {
+	ctx, cancel := context.WithTimeout(g.ctx, c.UnloadTimeout)
+	defer cancel()
+	run := g.run(e)
+	run.set(stateWaking)
+	start := time.Now()
+	err := w.Wake(ctx)
+	took := time.Since(start)
+	run.up.set(err)
+	if err != nil {
+		run.set(stateAsleep)
+		g.metrics.UpstreamError(e.Kind(), e.Name(), "wake")
+		g.log().Error(e.Name()+" did not wake within unload_timeout: its requests queue inside it until it does",
+			zap.Duration("unload_timeout", c.UnloadTimeout), zap.Error(err))
+		return false
+	}
+	run.owed.Store(false)
+	run.set(stateReady)
+	g.metrics.Step("wake", e.Name(), took)
+	g.history.addEvent("wake", took, e.Name())
+	g.log().Info(e.Name()+" woken", zap.Duration("duration", took))
+	return true
+}
+
+// reportNoGPUReading says once per engine, in the log and the status,
+// that an image engine reports no GPU memory, so its frees (and
+// min_free_vram's probe through it) cannot be confirmed.
+func (g *GPU) reportNoGPUReading(engine string, err error) {
+	if g.runNamed(engine).noGPUReading.CompareAndSwap(false, true) {
+		g.log().Warn(engine+" reports no GPU memory: its frees are not confirmed, and min_free_vram is not checked through it (use vram_probe nvidia-smi)",
 			zap.Error(err))
 	}
+}
+
+// upstreamKind is an engine's upstream label in the metrics: its kind, and
+// "comfy" for ComfyUI as before engines had kinds.
+func upstreamKind(e Engine) string {
+	if k := e.Kind(); k != "comfyui" {
+		return k
+	}
+	return "comfy"
 }
 
 // warm loads warm_model in the background as a shared holder of the lock,
@@ -103,7 +161,7 @@ func (g *GPU) reportNoGPUReading(err error) {
 // already queued, there is no point: nothing is warmed.
 func (g *GPU) warm() {
 	c := g.cfg()
-	if c == nil || c.WarmModel == "" || c.LLM == nil || !g.lock.TryAcquireShared() {
+	if c == nil || c.WarmModel == "" || c.warmEngine() == nil || !g.lock.TryAcquireShared() {
 		return
 	}
 	g.setWarming(true)
@@ -117,16 +175,17 @@ func (g *GPU) warmUp(c *Config) {
 	ctx, cancel := context.WithTimeout(g.ctx, c.WarmTimeout)
 	defer cancel()
 	start := time.Now()
-	err := c.LLM.Warm(ctx, c.WarmModel)
+	e := c.warmEngine()
+	err := e.Warm(ctx, c.WarmModel)
 	took := time.Since(start)
-	g.llmUp.set(err)
+	g.run(e).up.set(err)
 	if err != nil {
 		g.markAbnormal() // a warm-up cut short leaves its runner behind a while
-		g.metrics.UpstreamError(c.LLM.Kind(), "warm")
+		g.metrics.UpstreamError(e.Kind(), e.Name(), "warm")
 		g.log().Warn("warm-up failed", zap.String("model", c.WarmModel), zap.Duration("duration", took), zap.Error(err))
 		return
 	}
-	g.metrics.Step("warm", took)
+	g.metrics.Step("warm", e.Name(), took)
 	g.history.addEvent("warm", took, c.WarmModel)
 	g.log().Info("model warmed", zap.String("model", c.WarmModel), zap.Duration("duration", took))
 }

@@ -24,17 +24,19 @@ var errOllamaBusy = fmt.Errorf("ollama %w", ErrNotEmptied)
 
 // Ollama is the LLMEngine of an Ollama server.
 type Ollama struct {
+	name string
 	c    *ollama.Client
 	poll time.Duration // the longest interval between /api/ps polls
 }
 
-// NewOllama adapts c; unloads are polled at most poll apart.
-func NewOllama(c *ollama.Client, poll time.Duration) *Ollama {
-	return &Ollama{c: c, poll: poll}
+// NewOllama adapts c, the engine named name; unloads are polled at most
+// poll apart.
+func NewOllama(name string, c *ollama.Client, poll time.Duration) *Ollama {
+	return &Ollama{name: name, c: c, poll: poll}
 }
 
 func (o *Ollama) Kind() string { return "ollama" }
-func (o *Ollama) Name() string { return "ollama" }
+func (o *Ollama) Name() string { return o.name }
 func (o *Ollama) URL() string  { return o.c.URL() }
 
 // Loaded implements LLMEngine through /api/ps.

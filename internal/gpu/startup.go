@@ -2,6 +2,8 @@ package gpu
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -10,88 +12,130 @@ import (
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
 )
 
-// startUp probes the upstreams once, when the first config starts. Until
-// the image engine's queue is known to be empty, the GPU is treated as the
-// engine's: a job may have been queued before Caddy started. It runs under
-// g.mu.
+// startUp probes the engines once, when the first config starts. Until
+// the image engines' queues are known to be empty, the GPU is treated as
+// theirs: a job may have been queued before Caddy started, and an engine
+// that answers may hold a past job's memory (A1111 loads its checkpoint
+// at launch), so it owes a free. It runs under g.mu.
 func (g *GPU) startUp(c *Config) {
-	if c.LLM != nil {
-		g.spawn(func() { g.probeLLM(c) })
+	for _, e := range c.LLMs {
+		g.spawn(func() { g.probeLLM(c, e) })
 	}
-	if c.Image != nil {
-		if err := g.lock.AcquireExclusive(g.ctx, lock.ImageJob); err == nil {
-			g.act.probing = true
-			g.act.job = &Job{Source: c.Image.Name(), Phase: "start-up probe", Started: time.Now()}
-			u := &use{g: g, c: c}
-			g.spawn(func() { g.reconcileAtStart(u) })
-		}
-	}
-}
-
-func (g *GPU) currentWatcher() Watch {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.watcher
-}
-
-func (g *GPU) reportWatch(connected bool, err error) {
-	g.wsUp.Store(connected)
-	if connected {
-		g.imageUp.set(nil)
-		g.log().Debug("image engine's event stream connected")
+	if len(c.Images) == 0 {
 		return
 	}
-	g.log().Warn("image engine's event stream down; job ends are found by polling until it is back", zap.Error(err))
+	if err := g.lock.AcquireExclusive(g.ctx, lock.ImageJob); err == nil {
+		g.act.probing = true
+		g.act.job = &Job{Source: c.Images[0].Name(), Phase: "start-up probe", Started: time.Now()}
+		u := &use{g: g, c: c}
+		g.spawn(func() { g.reconcileAtStart(u) })
+	}
+}
+
+// currentWatcher returns the running watch over e's events, or nil.
+func (g *GPU) currentWatcher(e ImageEngine) Watch {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if w := g.watches[e.Name()]; w != nil {
+		return w.w
+	}
+	return nil
+}
+
+func (g *GPU) reportWatch(e ImageEngine, run *engineRun, connected bool, err error) {
+	run.ws.Store(connected)
+	if connected {
+		run.up.set(nil)
+		g.log().Debug(e.Name() + "'s event stream connected")
+		return
+	}
+	g.log().Warn(e.Name()+"'s event stream down; job ends are found by polling until it is back", zap.Error(err))
 }
 
 // reconcileAtStart runs with the lock held exclusively from start-up: it
-// asks ComfyUI whether work is queued, and keeps the GPU for it until it
-// ends. If ComfyUI cannot be asked within probe_timeout, the GPU is
-// released and the websocket watch takes over.
+// asks every image engine at once whether work is queued, and keeps the
+// GPU until it ends. An engine that cannot be asked within probe_timeout
+// is left to its watch.
 func (g *GPU) reconcileAtStart(u *use) {
 	c := u.c
 	ctx, cancel := context.WithTimeout(g.ctx, c.ProbeTimeout)
-	running, pending, err := g.probeQueue(ctx, c)
+	busy := make([]bool, len(c.Images))
+	var wg sync.WaitGroup
+	for i, e := range c.Images {
+		wg.Go(func() { busy[i] = g.probeImage(ctx, c, e) })
+	}
+	wg.Wait()
 	cancel()
 	g.mu.Lock()
 	g.act.probing = false
 	g.mu.Unlock()
-	switch {
-	case err != nil && !jsonhttp.Refused(err):
-		g.log().Warn(c.Image.Name()+" queue unknown at start-up; GPU released, the websocket watch takes over",
-			zap.String("url", RedactURL(c.Image.URL())), zap.Error(err))
-	case running+pending > 0:
-		g.log().Info(c.Image.Name()+" has queued work at start-up; holding the GPU for it",
-			zap.Int("running", running), zap.Int("pending", pending))
-		g.drainDirect(u)
+	for i, e := range c.Images {
+		if busy[i] {
+			g.drainDirect(u, e)
+		}
 	}
 	g.setJob(nil)
 	u.end()
 }
 
-// probeLLM reports at start-up whether the LLM engine answers.
-func (g *GPU) probeLLM(c *Config) {
+// probeImage asks e at start-up whether work is queued, and reports
+// whether it is. An engine that answers owes a free.
+func (g *GPU) probeImage(ctx context.Context, c *Config, e ImageEngine) bool {
+	running, pending, err := g.probeQueue(ctx, e)
+	switch {
+	case err != nil && !jsonhttp.Refused(err):
+		g.log().Warn(e.Name()+" queue unknown at start-up; its watch takes over",
+			zap.String("url", RedactURL(e.URL())), zap.Error(err))
+		return false
+	case err != nil:
+		return false // not running: no work, no memory
+	}
+	g.run(e).owed.Store(true)
+	if running+pending == 0 {
+		return false
+	}
+	g.log().Info(e.Name()+" has queued work at start-up; holding the GPU for it",
+		zap.Int("running", running), zap.Int("pending", pending))
+	return true
+}
+
+// probeLLM reports at start-up whether an LLM engine answers, and whether
+// it can be emptied.
+func (g *GPU) probeLLM(c *Config, e LLMEngine) {
 	ctx, cancel := context.WithTimeout(g.ctx, c.ProbeTimeout)
 	defer cancel()
-	e := c.LLM
 	models, err := e.Loaded(ctx)
-	g.llmUp.set(err)
-	if err != nil {
+	run := g.run(e)
+	switch {
+	case errors.Is(err, ErrCannotEmpty):
+		run.up.set(nil)
+		run.set(stateUnemptiable)
+		g.log().Error(e.Name()+" cannot be emptied as it runs: image jobs and holds will be refused with 503 rather than share the GPU",
+			zap.String("url", RedactURL(e.URL())), zap.Error(err))
+		return
+	case err != nil:
+		run.up.set(err)
 		g.log().Warn(e.Name()+" not reachable at start-up; image jobs proceed only if it refuses connections (not running)",
 			zap.String("url", RedactURL(e.URL())), zap.Error(err))
 		return
 	}
+	run.up.set(nil)
+	if run.is(stateUnemptiable) {
+		run.set(stateReady)
+	}
 	g.log().Info(e.Name()+" reachable", zap.String("url", RedactURL(e.URL())), zap.Int("models_loaded", len(models)))
 }
 
-// probeQueue reads ComfyUI's queue, retrying with backoff while ComfyUI
+// probeQueue reads an image engine's queue, retrying with backoff while it
 // answers with errors, until ctx ends. A refused connection is final: no
-// ComfyUI process, no work.
-func (g *GPU) probeQueue(ctx context.Context, c *Config) (running, pending int, err error) {
+// process, no work.
+func (g *GPU) probeQueue(ctx context.Context, e ImageEngine) (running, pending int, err error) {
+	c := g.cfg()
 	delay := min(c.BackoffInitial, 100*time.Millisecond)
+	run := g.run(e)
 	for {
-		running, pending, err = c.Image.Queue(ctx)
-		g.imageUp.set(err)
+		running, pending, err = e.Queue(ctx)
+		run.up.set(err)
 		if err == nil || jsonhttp.Refused(err) || ctx.Err() != nil {
 			return running, pending, err
 		}
@@ -104,14 +148,15 @@ func (g *GPU) probeQueue(ctx context.Context, c *Config) (running, pending int, 
 	}
 }
 
-// watchForeignWork takes the GPU for work queued on ComfyUI directly (its
-// own UI on its own port), which bypassed the turnstile: the broadcasts say
-// the queue is not empty while no job of ours holds the GPU.
-func (g *GPU) watchForeignWork(ctx context.Context, w Watch) {
+// watchForeignWork takes the GPU for work started on an image engine
+// directly (its own UI on its own port), which bypassed the turnstile: its
+// events say the queue is not empty while no job of ours on it holds the
+// GPU.
+func (g *GPU) watchForeignWork(ctx context.Context, e ImageEngine, w Watch) {
 	for {
 		changed := w.Changed()
-		if n, known := w.QueueRemaining(); known && n > 0 && g.takeDirect() {
-			g.spawn(g.runDirect)
+		if n, known := w.QueueRemaining(); known && n > 0 && g.takeDirect(e) {
+			g.spawn(func() { g.runDirect(e) })
 		}
 		select {
 		case <-ctx.Done():
@@ -121,36 +166,45 @@ func (g *GPU) watchForeignWork(ctx context.Context, w Watch) {
 	}
 }
 
-// runDirect takes the GPU for work queued directly on the image engine
-// and keeps it until the engine's queue is empty.
-func (g *GPU) runDirect() {
-	defer g.endDirect()
+// runDirect takes the GPU for work started directly on e and keeps it
+// until e's queue is empty. The queue is read again once the GPU is held:
+// the event that started this may be stale (a job of ours that just
+// ended), and then nothing is done.
+func (g *GPU) runDirect(e ImageEngine) {
+	defer g.endDirect(e)
 	c := g.cfg()
-	g.log().Info(c.Image.Name() + " has work that did not come through the turnstile; taking the GPU for it")
 	if err := g.acquireExclusive(g.ctx, lock.ImageJob); err != nil {
 		return
 	}
 	u := &use{g: g, c: c}
-	g.setJob(&Job{Source: c.Image.Name(), Phase: "unloading", Started: time.Now()})
-	g.drainDirect(u)
+	defer u.end()
+	ctx, cancel := context.WithTimeout(g.ctx, c.ProbeTimeout)
+	running, pending, err := e.Queue(ctx)
+	cancel()
+	if err == nil && running+pending == 0 {
+		return
+	}
+	g.log().Info(e.Name() + " has work that did not come through the turnstile; taking the GPU for it")
+	g.setJob(&Job{Engine: e.Name(), Source: e.Name(), Phase: "unloading", Started: time.Now()})
+	g.drainDirect(u, e)
 	g.setJob(nil)
-	u.end()
 }
 
-// drainDirect empties the LLM engine and waits until the image engine's
-// queue is empty; u holds the GPU. The work ran, so the engine owes a free;
-// the warm model is loaded again after, whether the emptying succeeded or
-// not.
-func (g *GPU) drainDirect(u *use) {
+// drainDirect empties the LLM engines (and frees the other image engines)
+// and waits until e's queue is empty; u holds the GPU. The work ran, so e
+// owes a free; the warm model is loaded again after, whether the emptying
+// succeeded or not.
+func (g *GPU) drainDirect(u *use, e ImageEngine) {
 	c := u.c
 	u.owesFree, u.warmAfter = true, true
-	if err := g.emptyForExclusive(c); err != nil {
-		g.log().Error("GPU not emptied while "+c.Image.Name()+" runs work queued directly", zap.Error(err))
+	g.run(e).owed.Store(true)
+	if err := g.emptyForExclusive(c, e); err != nil {
+		g.log().Error("GPU not emptied while "+e.Name()+" runs work started on it directly", zap.Error(err))
 	}
 	g.setPhase("draining queue")
 	ctx, cancel := context.WithTimeout(g.ctx, c.JobTimeout)
 	defer cancel()
 	start := time.Now()
-	err := c.Image.WaitIdle(ctx, g.currentWatcher())
-	g.log().Info(c.Image.Name()+" queue drained", zap.Duration("duration", time.Since(start)), zap.Error(err))
+	err := e.WaitIdle(ctx, g.currentWatcher(e))
+	g.log().Info(e.Name()+" queue drained", zap.Duration("duration", time.Since(start)), zap.Error(err))
 }

@@ -34,7 +34,21 @@ type Status struct {
 	LastSwitch *time.Time                `json:"last_switch,omitempty"`
 	Job        *JobStatus                `json:"job,omitempty"`
 	Holds      []HoldStatus              `json:"holds"`
+	Engines    []EngineStatus            `json:"engines"`
 	Upstreams  map[string]UpstreamStatus `json:"upstreams"`
+}
+
+// EngineStatus is what is known of one engine.
+type EngineStatus struct {
+	Name      string `json:"name"`
+	Kind      string `json:"kind"`  // ollama, llamacpp, llamaswap, vllm, comfyui, a1111
+	Class     string `json:"class"` // llm or image
+	URL       string `json:"url"`
+	Reachable *bool  `json:"reachable"` // null until first contact
+	// State is what the engine was last seen to do: ready, emptying,
+	// emptied, asleep, waking or cannot_empty (LLM); ready, running,
+	// freeing or freed (image).
+	State string `json:"state"`
 }
 
 // JobStatus is the image work holding the GPU, with its age.
@@ -68,6 +82,7 @@ func (g *GPU) Status() Status {
 		Freeing:      snap.Freeing,
 		FreeOwed:     snap.OwesFree,
 		Holds:        []HoldStatus{},
+		Engines:      []EngineStatus{},
 		Upstreams:    map[string]UpstreamStatus{},
 	}
 	g.trMu.Lock()
@@ -96,28 +111,69 @@ func (g *GPU) Status() Status {
 	sort.Slice(st.Holds, func(i, j int) bool { return st.Holds[i].Since.Before(st.Holds[j].Since) })
 	st.ImagePending = snap.ImageWaiting > 0 || (snap.State == lock.Image)
 	if c := g.cfg(); c != nil {
+		st.Engines = g.engines(c)
 		g.upstreams(c, st.Upstreams)
 	}
 	return st
 }
 
-func (g *GPU) upstreams(c *Config, into map[string]UpstreamStatus) {
-	if e := c.LLM; e != nil {
-		into[e.Kind()] = UpstreamStatus{URL: RedactURL(e.URL()), Reachable: g.llmUp.get()}
+func (g *GPU) engines(c *Config) []EngineStatus {
+	out := make([]EngineStatus, 0, len(c.LLMs)+len(c.Images))
+	add := func(e Engine, class string, reach *bool) {
+		out = append(out, EngineStatus{Name: e.Name(), Kind: e.Kind(), Class: class, URL: RedactURL(e.URL()),
+			Reachable: reach, State: g.run(e).get().String()})
 	}
-	if e := c.Image; e != nil {
-		ws := g.wsUp.Load()
-		reach := g.imageUp.get()
-		if ws {
-			t := true
-			reach = &t
+	for _, e := range c.LLMs {
+		add(e, "llm", g.run(e).up.get())
+	}
+	for _, e := range c.Images {
+		add(e, "image", g.imageReach(e))
+	}
+	return out
+}
+
+// imageReach is an image engine's reachability: a connected event stream
+// says it answers.
+func (g *GPU) imageReach(e ImageEngine) *bool {
+	run := g.run(e)
+	if run.ws.Load() {
+		t := true
+		return &t
+	}
+	return run.up.get()
+}
+
+// upstreams fills the status's older per-upstream map, one entry per
+// engine, keyed "ollama" and "comfy" for those two, by name otherwise.
+func (g *GPU) upstreams(c *Config, into map[string]UpstreamStatus) {
+	for _, e := range c.LLMs {
+		into[upstreamKey(e)] = UpstreamStatus{URL: RedactURL(e.URL()), Reachable: g.run(e).up.get()}
+	}
+	for _, e := range c.Images {
+		key := upstreamKey(e)
+		run := g.run(e)
+		us := UpstreamStatus{URL: RedactURL(e.URL()), Reachable: g.imageReach(e)}
+		if _, ok := e.(*Comfy); ok {
+			ws := run.ws.Load()
+			us.Websocket = &ws
 		}
-		us := UpstreamStatus{URL: RedactURL(e.URL()), Reachable: reach, Websocket: &ws}
-		if g.noGPUReading.Load() {
+		if run.noGPUReading.Load() {
 			us.GPUReading = new(bool)
 		}
-		into[e.Kind()] = us
+		into[key] = us
 	}
+}
+
+// upstreamKey is e's key in the upstreams map: "ollama" or "comfy" for
+// an engine named after its kind, its name for any other.
+func upstreamKey(e Engine) string {
+	switch {
+	case e.Name() == "ollama" && e.Kind() == "ollama":
+		return "ollama"
+	case e.Name() == "comfyui" && e.Kind() == "comfyui":
+		return "comfy"
+	}
+	return e.Name()
 }
 
 // History returns the recorded entries newer than since (all if zero),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -21,54 +22,89 @@ func (g *GPU) NoteLLMEnd(ctx context.Context, err error) {
 	}
 }
 
-// emptyForExclusive empties the LLM engine before the GPU goes to an
-// exclusive holder, confirms it, and waits for min_free_vram.
-func (g *GPU) emptyForExclusive(c *Config) error {
-	if c.LLM != nil {
-		if err := g.emptyLLM(c); err != nil {
-			return err
+// emptyForExclusive readies the GPU for an exclusive holder: every LLM
+// engine is emptied and the emptying confirmed, all at once; every image
+// engine but owner (the job's own, nil for a hold) that may hold memory is
+// freed; and the card must then have min_free_vram. A free that fails is
+// logged, as before LLM use, and stays owed.
+func (g *GPU) emptyForExclusive(c *Config, owner ImageEngine) error {
+	if err := g.emptyLLMs(c); err != nil {
+		return err
+	}
+	for _, e := range c.Images {
+		if e != owner && g.run(e).owed.Load() {
+			g.freeImage(c, e)
 		}
 	}
 	return g.waitVRAM(c, c.UnloadTimeout, "exclusive use")
 }
 
-// emptyLLM unloads every model of the LLM engine and confirms it, within
-// unload_timeout.
-func (g *GPU) emptyLLM(c *Config) error {
+// emptyLLMs empties every LLM engine at once, within unload_timeout, and
+// returns the first failure.
+func (g *GPU) emptyLLMs(c *Config) error {
+	abnormal := g.abnormal.Load()
+	errs := make([]error, len(c.LLMs))
+	var wg sync.WaitGroup
+	for i, e := range c.LLMs {
+		wg.Go(func() { errs[i] = g.emptyLLM(c, e, abnormal) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	g.abnormal.CompareAndSwap(abnormal, 0)
+	return nil
+}
+
+// emptyLLM unloads every model of one LLM engine and confirms it.
+// abnormal is when LLM use last ended abnormally (UnixNano, 0 if not).
+func (g *GPU) emptyLLM(c *Config, e LLMEngine, abnormal int64) error {
 	ctx, cancel := context.WithTimeout(g.ctx, c.UnloadTimeout)
 	defer cancel()
-	e := c.LLM
+	run := g.run(e)
 	start := time.Now()
-	abnormal := g.abnormal.Load()
 	var since time.Time
 	if abnormal != 0 {
 		since = time.Unix(0, abnormal)
 	}
+	prev := run.get()
+	run.set(stateEmptying)
 	names, contact, err := e.Empty(ctx, g.log(), since)
 	took := time.Since(start)
-	g.llmUp.set(contact)
+	run.up.set(contact)
 	if err != nil {
-		g.metrics.UpstreamError(e.Kind(), "unload")
+		run.set(prev)
+		if errors.Is(err, ErrCannotEmpty) {
+			run.set(stateUnemptiable)
+		}
+		g.metrics.UpstreamError(upstreamKind(e), e.Name(), "unload")
 		if errors.Is(err, ErrNotEmptied) {
 			return err
 		}
 		return fmt.Errorf("%s %w: %v", e.Name(), ErrNotEmptied, err)
 	}
-	g.abnormal.CompareAndSwap(abnormal, 0)
+	if _, ok := e.(Waker); ok {
+		run.owed.Store(true)
+		run.set(stateAsleep)
+	} else {
+		run.set(stateEmptied)
+	}
 	if len(names) > 0 {
-		g.metrics.Step("unload", took)
-		g.history.addEvent("unload", took, fmt.Sprintf("%d model(s)", len(names)))
+		g.metrics.Step("unload", e.Name(), took)
+		g.history.addEvent("unload", took, fmt.Sprintf("%s: %d model(s)", e.Name(), len(names)))
 		g.log().Info(e.Name()+" unloaded", zap.Strings("models", names), zap.Duration("duration", took))
 	}
 	return nil
 }
 
-// unloadEarly asks the LLM engine to unload while its requests drain.
+// unloadEarly asks the LLM engines to unload while their requests drain.
 func (g *GPU) unloadEarly(c *Config) {
 	ctx, cancel := context.WithTimeout(g.ctx, c.UnloadTimeout)
 	defer cancel()
-	n, err := c.LLM.UnloadSoon(ctx)
-	if err == nil && n > 0 {
-		g.log().Debug("early unload requested while LLM requests drain", zap.Int("models", n))
+	for _, e := range c.LLMs {
+		n, err := e.UnloadSoon(ctx)
+		if err == nil && n > 0 {
+			g.log().Debug("early unload requested while LLM requests drain", zap.String("engine", e.Name()), zap.Int("models", n))
+		}
 	}
 }

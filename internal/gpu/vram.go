@@ -15,6 +15,9 @@ import (
 )
 
 // VRAMProbe reads how much memory the card has free, across processes.
+// String names it in messages; a probe through an engine names the engine
+// (its name in the turnstile), so that a probe error wrapping
+// ErrNoGPUReading shows on that engine.
 type VRAMProbe interface {
 	FreeVRAM(ctx context.Context) (int64, error)
 	String() string
@@ -65,7 +68,7 @@ func (g *GPU) waitVRAM(c *Config, limit time.Duration, before string) error {
 		pcancel()
 		switch {
 		case errors.Is(err, ErrNoGPUReading):
-			g.reportNoGPUReading(err)
+			g.reportNoGPUReading(c.Probe.String(), err)
 			return nil // no reading will come: waiting out the limit would only fail the job
 		case err == nil && f >= c.MinFreeVRAM:
 			if took := time.Since(start); took > 10*time.Millisecond {
@@ -78,7 +81,7 @@ func (g *GPU) waitVRAM(c *Config, limit time.Duration, before string) error {
 			probeErr = err // a deadline passing mid-probe is not the probe's fault
 		}
 		if pace.Wait(ctx) != nil {
-			g.metrics.UpstreamError("vram", "probe")
+			g.metrics.UpstreamError("vram", "", "probe")
 			if read {
 				return fmt.Errorf("%w before %s: %d MiB free after %v, min_free_vram is %d MiB", errVRAMShort, before, free>>20, limit, c.MinFreeVRAM>>20)
 			}

@@ -401,6 +401,10 @@ func (s *Server) run(j *job, epoch int) {
 	key := string(j.prompt)
 	cached := s.cache[key]
 	s.mu.Unlock()
+	// The job can be interrupted from its start on; an interrupt that
+	// came before it was dropped, as ComfyUI clears the flag when a job
+	// starts executing.
+	s.interrupt.Store(j)
 	s.gpu.Mark("comfy", "job "+j.id+" start")
 	start := time.Now().UnixMilli()
 	msgs := [][]any{{"execution_start", map[string]any{"prompt_id": j.id, "timestamp": start}}}
@@ -412,7 +416,6 @@ func (s *Server) run(j *job, epoch int) {
 	}
 	msgs = append(msgs, []any{"execution_cached", map[string]any{"nodes": cachedNodes, "prompt_id": j.id, "timestamp": start}})
 	s.sendTo(j.clientID, "execution_cached", msgs[1][1])
-	s.interrupt.Store(j)
 	outcome := s.runNodes(j, cached, duration)
 	if outcome == "" {
 		return // the server is closing

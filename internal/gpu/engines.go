@@ -1,0 +1,125 @@
+package gpu
+
+import (
+	"sync/atomic"
+)
+
+// engineState is what an engine is known to be doing, as the status shows
+// it.
+type engineState int32
+
+const (
+	stateReady       engineState = iota // serving (LLM) or able to (image)
+	stateEmptying                       // LLM: being emptied for exclusive use
+	stateEmptied                        // LLM: emptied and confirmed
+	stateAsleep                         // LLM (Waker): emptied, must be woken
+	stateWaking                         // LLM (Waker): a wake is in progress
+	stateUnemptiable                    // LLM: cannot be emptied as it runs
+	stateRunning                        // image: a job runs on it
+	stateFreeing                        // image: its memory is being freed
+	stateFreed                          // image: freed and confirmed
+)
+
+var stateNames = [...]string{"ready", "emptying", "emptied", "asleep", "waking", "cannot_empty", "running", "freeing", "freed"}
+
+func (s engineState) String() string { return stateNames[s] }
+
+// engineRun is what the GPU keeps of one engine, by name, across configs:
+// its health at last contact and what it was last seen to hold. These are
+// facts about the engine, not about who has the GPU (that is activity's).
+type engineRun struct {
+	up    reachability
+	ws    atomic.Bool // the image engine's event stream is connected
+	state atomic.Int32
+
+	// owed is set on an image engine once work ran on it that may have
+	// left memory behind, until a free did its job; on a Waker once it
+	// has been emptied, until a wake was confirmed.
+	owed atomic.Bool
+	// noGPUReading is set once the image engine is seen to report no
+	// GPU memory: its frees cannot be confirmed.
+	noGPUReading atomic.Bool
+}
+
+func (r *engineRun) set(s engineState)     { r.state.Store(int32(s)) }
+func (r *engineRun) get() engineState      { return engineState(r.state.Load()) }
+func (r *engineRun) is(s engineState) bool { return r.get() == s }
+
+// run returns the engine's runtime record, made on first use. Records are
+// kept in a copy-on-write map so that Transition, which runs under the
+// lock's mutex, reads them without a mutex.
+func (g *GPU) run(e Engine) *engineRun { return g.runNamed(e.Name()) }
+
+func (g *GPU) runNamed(name string) *engineRun {
+	if m := g.runs.Load(); m != nil {
+		if r := (*m)[name]; r != nil {
+			return r
+		}
+	}
+	g.runsMu.Lock()
+	defer g.runsMu.Unlock()
+	old := g.runs.Load()
+	if old != nil {
+		if r := (*old)[name]; r != nil {
+			return r
+		}
+	}
+	m := make(map[string]*engineRun, 1)
+	if old != nil {
+		for k, v := range *old {
+			m[k] = v
+		}
+	}
+	r := &engineRun{}
+	m[name] = r
+	g.runs.Store(&m)
+	return r
+}
+
+// owed reports whether anything must be done before LLM use resumes: an
+// image engine to free, an LLM engine to wake.
+func (g *GPU) owed(c *Config) bool {
+	for _, e := range c.Images {
+		if g.run(e).owed.Load() {
+			return true
+		}
+	}
+	for _, e := range c.LLMs {
+		if g.run(e).owed.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// resumeLLM marks the LLM engines that were emptied as serving again; it
+// runs when the GPU goes to LLM use.
+func (g *GPU) resumeLLM() {
+	c := g.cfg()
+	if c == nil {
+		return
+	}
+	for _, e := range c.LLMs {
+		g.run(e).state.CompareAndSwap(int32(stateEmptied), int32(stateReady))
+	}
+}
+
+// imageEngine returns the image engine named name, or the first one if
+// name is empty; nil if there is none.
+func (c *Config) imageEngine(name string) ImageEngine {
+	for _, e := range c.Images {
+		if name == "" || e.Name() == name {
+			return e
+		}
+	}
+	return nil
+}
+
+// warmEngine is the engine that loads warm_model: WarmEngine, or the first
+// LLM engine.
+func (c *Config) warmEngine() LLMEngine {
+	if c.WarmEngine != nil || len(c.LLMs) == 0 {
+		return c.WarmEngine
+	}
+	return c.LLMs[0]
+}
