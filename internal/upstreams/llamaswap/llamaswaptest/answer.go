@@ -117,6 +117,9 @@ func (g *generation) pace(emit func(int)) bool {
 		if emit != nil {
 			emit(i)
 		}
+		if i == 0 {
+			g.s.gpu.Mark(service, "generating "+g.r.URL.Path+" "+g.model)
+		}
 		if gate := g.s.chatGate.Load(); i == 0 && gate != nil && !await(ctx, g, *gate) {
 			return false
 		}

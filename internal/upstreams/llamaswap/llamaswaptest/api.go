@@ -24,7 +24,9 @@ func (s *Server) modelRoute(w http.ResponseWriter, r *http.Request) {
 	case model == "":
 		sendResponse(w, r, http.StatusNotFound, "no model id could be identified")
 	case s.procs[model] == nil:
-		// Neither the local router nor a peer handles it.
+		// Neither the local router nor a peer handles it (server.go's
+		// localPeerHandler). "no local server found for requested model"
+		// is what the unload route says of a model that only a peer has.
 		sendResponse(w, r, http.StatusNotFound, "no router for requested model")
 	default:
 		s.dispatch(w, r, model)
@@ -35,11 +37,10 @@ func (s *Server) modelRoute(w http.ResponseWriter, r *http.Request) {
 func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, model string) {
 	s.gpu.Mark(service, "request "+r.URL.Path+" "+model)
 	p, err := s.schedule(r.Context(), model)
-	switch {
-	case r.Context().Err() != nil || s.ctx.Err() != nil:
-		return // the client (or the fake) went away
-	case err != nil:
-		sendError(w, r, err)
+	if err != nil {
+		if r.Context().Err() == nil && s.ctx.Err() == nil { // else nobody is there to answer
+			sendError(w, r, err)
+		}
 		return
 	}
 	defer s.serveDone(model)

@@ -255,7 +255,7 @@ func (s *Server) unload(targets []string) {
 		return
 	}
 	defer s.unlockLoop()
-	s.gpu.Mark(service, "unload "+strings.Join(targets, ","))
+	s.gpu.Mark(service, "unload of "+strings.Join(targets, ","))
 	for _, t := range targets {
 		if sw := s.active[t]; sw != nil {
 			for _, w := range sw.waiters {
@@ -275,9 +275,14 @@ func (s *Server) unload(targets []string) {
 	s.queued = kept
 	var wg sync.WaitGroup
 	for _, t := range targets {
-		wg.Go(s.procs[t].stop)
+		// llama-swap's stop of a stopped process lands at once and does
+		// nothing; decided here, it cannot land late on a start that came
+		// after it.
+		if p := s.procs[t]; p.State() != stateStopped {
+			wg.Go(p.stop)
+		}
 	}
 	wg.Wait()
-	s.gpu.Mark(service, "unloaded "+strings.Join(targets, ","))
+	s.gpu.Mark(service, "unload done")
 	s.drainQueueLocked()
 }

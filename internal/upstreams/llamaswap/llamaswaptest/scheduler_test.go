@@ -80,7 +80,7 @@ func TestUnloadAllIsSynchronousAndCutsRequests(t *testing.T) {
 	srv.HoldChats() // never resumed: only the unload ends them
 	stream := goChat(t, srv, qwen, true)
 	plain := goChat(t, srv, qwen, false)
-	waitEvent(t, gpu, "serve /v1/chat/completions "+qwen, 2)
+	waitEvent(t, gpu, "generating /v1/chat/completions "+qwen, 2)
 	a := send(t, http.MethodPost, srv.URL()+"/api/models/unload", "", "")
 	if a.status != 200 || a.body != "{\"msg\":\"ok\"}\n" || a.header.Get("Content-Type") != "application/json" {
 		t.Fatalf("unload: %d %v %q", a.status, a.header, a.body)
@@ -164,7 +164,7 @@ func TestRequestDuringAnUnloadLoadsAfterIt(t *testing.T) {
 	}
 	wg.Wait()
 	ev := gpu.Events()
-	unloaded, reload := gputest.Index(ev, 0, "llamaswap", "unloaded"), gputest.Index(ev, index(gpu, "stop "+qwen), "llamaswap", "load "+qwen)
+	unloaded, reload := gputest.Index(ev, 0, "llamaswap", "unload done"), gputest.Index(ev, index(gpu, "stop "+qwen), "llamaswap", "load "+qwen)
 	if unloaded < 0 || reload < unloaded {
 		t.Fatalf("the request loaded before the unload ended:\n%s", gputest.Dump(ev))
 	}
@@ -175,7 +175,7 @@ func TestRequestDuringAnUnloadLoadsAfterIt(t *testing.T) {
 // the new model starts as the unload answers, and runs on after it.
 func TestUnloadDuringASwapLetsTheNewModelStart(t *testing.T) {
 	t.Parallel()
-	srv, gpu := newFake(t, llamaswaptest.Options{StopDelay: 200 * time.Millisecond})
+	srv, gpu := newFake(t, llamaswaptest.Options{StopDelay: 500 * time.Millisecond})
 	chat(t, srv, qwen, false)
 	swapping := goChat(t, srv, gemma, false)
 	waitEvent(t, gpu, "stop "+qwen, 1)
@@ -185,8 +185,11 @@ func TestUnloadDuringASwapLetsTheNewModelStart(t *testing.T) {
 	if a := <-swapping; a.status != 500 || strings.TrimSpace(a.body) != unloadedBody {
 		t.Fatalf("the swap's request: %d %s", a.status, a.body)
 	}
+	if unload, exit := index(gpu, "unload of"), index(gpu, "exit "+qwen); exit < unload {
+		t.Skip("the machine was too slow for the unload to land during the swap's stop")
+	}
 	waitEvent(t, gpu, "load "+gemma, 1)
 	if st := srv.State(gemma); st == "stopped" {
-		t.Fatalf("gemma %q after the unload, want it starting or ready", st)
+		t.Fatalf("gemma %q after the unload, want it starting or ready:\n%s", st, gputest.Dump(gpu.Events()))
 	}
 }

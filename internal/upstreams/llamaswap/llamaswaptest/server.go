@@ -16,12 +16,15 @@
 // processes have exited, cuts the requests they were serving (a stream just
 // ends, without its [DONE]; an answer not begun is a 502 with no body),
 // fails the requests waiting for them with 500 "unspecific error: group:
-// model unloaded", and leaves nothing to stop a later request from loading
-// the model again. An unload that lands while a swap is stopping the old
-// model does not cancel the swap's start: the new model starts as the
-// unload answers, as in llama-swap, where the swap's goroutine goes on.
-// Requests that arrive during an unload wait for it (llama-swap's run loop
-// is busy stopping), then load their model again.
+// model unloaded", kills a process still starting (it stays "starting",
+// never "stopping", until it has exited), and leaves nothing to stop a
+// later request from loading the model again. An unload that lands while
+// a swap is stopping the old model does not cancel the swap's start: the
+// new model starts as the unload answers, as in llama-swap, where the
+// swap's goroutine goes on. Requests that arrive during an unload wait for
+// it (llama-swap's run loop is busy stopping), then load their model again.
+// The client's preference (Accept: text/plain or text/html) shapes error
+// bodies as llama-swap's SendResponse does.
 //
 // Every process occupies the shared simulated GPU (service "llamaswap",
 // "load MODEL") from its command's start until it has exited. The process
