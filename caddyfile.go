@@ -134,20 +134,26 @@ func parseDirective[H turnstileHandler](newHandler func() H) httpcaddyfile.Unmar
 		if err := m.UnmarshalCaddyfile(h.Dispenser); err != nil {
 			return nil, err
 		}
-		if err := checkTurnstileName(h, m.turnstileName()); err != nil {
+		s, err := checkTurnstileName(h, m.turnstileName())
+		if err != nil {
 			return nil, err
+		}
+		if e, ok := any(m).(interface{ engineName() string }); ok && e.engineName() != "" && !s.hasImageEngine(e.engineName()) {
+			return nil, h.Errf("engine %q: turnstile %q has no image engine of that name", e.engineName(), m.turnstileName())
 		}
 		return m, nil
 	}
 }
 
 func (hd *Handler) turnstileName() string       { return hd.Turnstile }
+func (hd *Handler) engineName() string          { return hd.Engine }
 func (sh *StatusHandler) turnstileName() string { return sh.Turnstile }
 
 // UnmarshalCaddyfile implements caddyfile.Unmarshaler:
 //
 //	gpu_turnstile [<matcher>] [auto|llm|image|passthrough] {
 //		turnstile  NAME
+//		engine     NAME
 //		during_job allow|reject
 //	}
 func (hd *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
@@ -246,23 +252,24 @@ func (o optionLines) once(d *caddyfile.Dispenser) error {
 }
 
 // checkTurnstileName fails adaptation when a handler names a turnstile
-// that the global options do not define.
-func checkTurnstileName(h httpcaddyfile.Helper, name string) error {
+// that the global options do not define, and returns its settings.
+func checkTurnstileName(h httpcaddyfile.Helper, name string) (*Settings, error) {
 	if name == "" {
 		name = defaultName
 	}
 	opt, ok := h.Option("gpu_turnstile").(httpcaddyfile.App)
 	if !ok {
-		return h.Errf("%s: no turnstile named %q: add the global option `gpu_turnstile { ollama URL comfy URL }`", h.Val(), name)
+		return nil, h.Errf("%s: no turnstile named %q: add the global option `gpu_turnstile { ollama URL comfy URL }`", h.Val(), name)
 	}
 	var app App
 	if err := json.Unmarshal(opt.Value, &app); err != nil {
-		return err
+		return nil, err
 	}
-	if _, ok := app.Turnstiles[name]; !ok {
-		return h.Errf("no turnstile named %q in the global gpu_turnstile options", name)
+	s, ok := app.Turnstiles[name]
+	if !ok {
+		return nil, h.Errf("no turnstile named %q in the global gpu_turnstile options", name)
 	}
-	return nil
+	return s, nil
 }
 
 // Interface guards

@@ -6,8 +6,11 @@ import (
 	"strings"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/a1111"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/llamaswap"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/vllm"
 )
 
 // EngineSettings configure one engine that shares the turnstile's GPU.
@@ -36,6 +39,20 @@ var engineKinds = map[string]map[string]func(name, url string, c *config) (gpu.E
 			}
 			return gpu.NewOllama(name, oc, c.gpu.UnloadPoll), nil
 		},
+		"llamaswap": func(name, url string, _ *config) (gpu.Engine, error) {
+			sc, err := llamaswap.NewClient(url, nil)
+			if err != nil {
+				return nil, err
+			}
+			return gpu.NewLlamaSwap(name, sc), nil
+		},
+		"vllm": func(name, url string, c *config) (gpu.Engine, error) {
+			vc, err := vllm.NewClient(url, nil)
+			if err != nil {
+				return nil, err
+			}
+			return gpu.NewVLLM(name, vc, c.gpu.UnloadPoll), nil
+		},
 	},
 	"image": {
 		"comfyui": func(name, url string, c *config) (gpu.Engine, error) {
@@ -48,6 +65,13 @@ var engineKinds = map[string]map[string]func(name, url string, c *config) (gpu.E
 			}
 			return gpu.NewComfy(name, cc, gpu.ComfyOptions{HistoryPoll: c.historyPoll, FreePoll: c.gpu.UnloadPoll,
 				BackoffInitial: c.gpu.BackoffInitial, BackoffMax: c.gpu.BackoffMax}), nil
+		},
+		"a1111": func(name, url string, c *config) (gpu.Engine, error) {
+			ac, err := a1111.NewClient(url, nil)
+			if err != nil {
+				return nil, err
+			}
+			return gpu.NewA1111(name, ac, c.historyPoll, c.gpu.UnloadPoll), nil
 		},
 	},
 }
@@ -138,4 +162,15 @@ func engineSummary(c *config) []string {
 		out = append(out, "image "+e.Kind()+" "+e.Name()+" "+gpu.RedactURL(e.URL()))
 	}
 	return out
+}
+
+// hasImageEngine reports whether the settings have an image engine named
+// name.
+func (s *Settings) hasImageEngine(name string) bool {
+	for _, es := range engineList(s.Comfy, "comfyui", s.Image) {
+		if es.Name == name || (es.Name == "" && es.Kind == name) {
+			return true
+		}
+	}
+	return false
 }

@@ -12,8 +12,8 @@ import (
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy"
 )
 
-// Settings configure one turnstile: the GPU it guards and the two services
-// that share it. Every duration accepts Caddy's duration syntax; a zero or
+// Settings configure one turnstile: the GPU it guards and the engines that
+// share it. Every duration accepts Caddy's duration syntax; a zero or
 // absent value means the default.
 type Settings struct {
 	// Ollama's URL (e.g. http://127.0.0.1:11435). Empty disables the
@@ -58,8 +58,9 @@ type Settings struct {
 	// busy answer. Default 10m.
 	LLMWaitTimeout caddy.Duration `json:"llm_wait_timeout,omitempty"`
 
-	// How long Ollama may take to unload its models before an image job
-	// or a hold; past it the job is refused with 503. Default 60s.
+	// How long the LLM engines may take to empty (all at once) before an
+	// image job or a hold; past it the job is refused with 503. It bounds
+	// a wake (vLLM) too. Default 60s.
 	UnloadTimeout caddy.Duration `json:"unload_timeout,omitempty"`
 
 	// The longest an image job may hold the GPU; past it the job is
@@ -72,7 +73,8 @@ type Settings struct {
 	// the GPU goes on (after ComfyUI's free). Default 60s.
 	InterruptGrace caddy.Duration `json:"interrupt_grace,omitempty"`
 
-	// How long ComfyUI may take to free its memory after a job. Default 30s.
+	// How long an image engine may take to free its memory after its
+	// work. Default 30s.
 	FreeTimeout caddy.Duration `json:"free_timeout,omitempty"`
 
 	// A model to load again after an image job or a hold ends, so the next

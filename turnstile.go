@@ -1,10 +1,11 @@
 // Package turnstile is a Caddy v2 plugin that lets one GPU be shared
-// safely by an LLM server (Ollama) and an image generator (ComfyUI). Caddy
-// listens where the two services normally listen; the gpu_turnstile
-// middleware makes sure the GPU is never used by both at once. LLM requests
-// share the GPU; a ComfyUI job takes it alone once the LLM requests have
-// drained and Ollama's models are unloaded, and keeps it until the job is
-// finished and ComfyUI has freed its memory.
+// safely by LLM servers (Ollama, llama.cpp, llama-swap, vLLM) and image
+// generators (ComfyUI, AUTOMATIC1111, Forge). Caddy listens where the
+// services normally listen; the gpu_turnstile middleware makes sure the GPU
+// is never used by both kinds at once. LLM requests share the GPU; an image
+// job takes it alone once the LLM requests have drained and every LLM
+// engine has been emptied (confirmed), and keeps it until the job is
+// finished and the image engine has freed its memory.
 //
 // The root package is Caddy wiring: the gpu_turnstile app (settings per
 // named turnstile), the middleware, the status handler, the admin routes,

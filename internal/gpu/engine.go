@@ -54,6 +54,9 @@ type LLMEngine interface {
 // confirmed, before LLM requests go again. Engines that load on demand are
 // not Wakers.
 type Waker interface {
+	// Asleep reports whether the engine sleeps now.
+	Asleep(ctx context.Context) (bool, error)
+	// Wake wakes it and confirms it is awake.
 	Wake(ctx context.Context) error
 }
 

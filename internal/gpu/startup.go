@@ -18,10 +18,10 @@ import (
 // that answers may hold a past job's memory (A1111 loads its checkpoint
 // at launch), so it owes a free. It runs under g.mu.
 func (g *GPU) startUp(c *Config) {
-	for _, e := range c.LLMs {
-		g.spawn(func() { g.probeLLM(c, e) })
-	}
 	if len(c.Images) == 0 {
+		for _, e := range c.LLMs {
+			g.spawn(func() { g.probeLLM(c, e) })
+		}
 		return
 	}
 	if err := g.lock.AcquireExclusive(g.ctx, lock.ImageJob); err == nil {
@@ -53,14 +53,17 @@ func (g *GPU) reportWatch(e ImageEngine, run *engineRun, connected bool, err err
 }
 
 // reconcileAtStart runs with the lock held exclusively from start-up: it
-// asks every image engine at once whether work is queued, and keeps the
-// GPU until it ends. An engine that cannot be asked within probe_timeout
-// is left to its watch.
+// probes every engine at once, asking each image engine whether work is
+// queued, and keeps the GPU until that work ends. An image engine that
+// cannot be asked within probe_timeout is left to its watch.
 func (g *GPU) reconcileAtStart(u *use) {
 	c := u.c
 	ctx, cancel := context.WithTimeout(g.ctx, c.ProbeTimeout)
 	busy := make([]bool, len(c.Images))
 	var wg sync.WaitGroup
+	for _, e := range c.LLMs {
+		wg.Go(func() { g.probeLLM(c, e) })
+	}
 	for i, e := range c.Images {
 		wg.Go(func() { busy[i] = g.probeImage(ctx, c, e) })
 	}
@@ -124,6 +127,19 @@ func (g *GPU) probeLLM(c *Config, e LLMEngine) {
 		run.set(stateReady)
 	}
 	g.log().Info(e.Name()+" reachable", zap.String("url", RedactURL(e.URL())), zap.Int("models_loaded", len(models)))
+	// A sleeping engine found at start (put to sleep before Caddy
+	// started) queues every request until woken. It is woken once the
+	// start-up probe gives the GPU to LLM use, or at once without one.
+	if w, ok := e.(Waker); ok {
+		if asleep, err := w.Asleep(ctx); err == nil && asleep {
+			run.owed.Store(true)
+			run.set(stateAsleep)
+			g.log().Warn(e.Name() + " sleeps at start-up; it is woken before LLM use")
+			if len(c.Images) == 0 {
+				g.wake(c, e, w)
+			}
+		}
+	}
 }
 
 // probeQueue reads an image engine's queue, retrying with backoff while it
@@ -167,27 +183,37 @@ func (g *GPU) watchForeignWork(ctx context.Context, e ImageEngine, w Watch) {
 }
 
 // runDirect takes the GPU for work started directly on e and keeps it
-// until e's queue is empty. The queue is read again once the GPU is held:
-// the event that started this may be stale (a job of ours that just
-// ended), and then nothing is done.
+// until e's queue is empty. The queue is read again before and once the
+// GPU is held: the event that started this may be stale (a job of ours
+// that just ended), and then nothing is done.
 func (g *GPU) runDirect(e ImageEngine) {
 	defer g.endDirect(e)
 	c := g.cfg()
+	// Taking the GPU holds LLM requests back: only for work that is there.
+	if !g.queued(c, e) {
+		return
+	}
 	if err := g.acquireExclusive(g.ctx, lock.ImageJob); err != nil {
 		return
 	}
 	u := &use{g: g, c: c}
 	defer u.end()
-	ctx, cancel := context.WithTimeout(g.ctx, c.ProbeTimeout)
-	running, pending, err := e.Queue(ctx)
-	cancel()
-	if err == nil && running+pending == 0 {
+	if !g.queued(c, e) {
 		return
 	}
 	g.log().Info(e.Name() + " has work that did not come through the turnstile; taking the GPU for it")
 	g.setJob(&Job{Engine: e.Name(), Source: e.Name(), Phase: "unloading", Started: time.Now()})
 	g.drainDirect(u, e)
 	g.setJob(nil)
+}
+
+// queued reads e's queue now: false only if it answered that nothing is
+// running or pending.
+func (g *GPU) queued(c *Config, e ImageEngine) bool {
+	ctx, cancel := context.WithTimeout(g.ctx, c.ProbeTimeout)
+	defer cancel()
+	running, pending, err := e.Queue(ctx)
+	return err != nil || running+pending > 0
 }
 
 // drainDirect empties the LLM engines (and frees the other image engines)

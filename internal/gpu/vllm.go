@@ -1,0 +1,96 @@
+package gpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/vllm"
+)
+
+// VLLM is the LLMEngine of a vLLM server started with sleep mode
+// (VLLM_SERVER_DEV_MODE=1 and --enable-sleep-mode). It is emptied by a
+// level-1 sleep, which moves the weights to host memory and drops the KV
+// cache; asleep, it queues requests and never wakes by itself, so it is a
+// Waker.
+type VLLM struct {
+	name string
+	c    *vllm.Client
+	poll time.Duration
+}
+
+// NewVLLM adapts c, the engine named name; /is_sleeping is polled at most
+// poll apart during a wake.
+func NewVLLM(name string, c *vllm.Client, poll time.Duration) *VLLM {
+	return &VLLM{name: name, c: c, poll: poll}
+}
+
+func (e *VLLM) Kind() string { return "vllm" }
+func (e *VLLM) Name() string { return e.name }
+func (e *VLLM) URL() string  { return e.c.URL() }
+
+// noSleep explains a vLLM without its sleep routes.
+func (e *VLLM) noSleep(err error) error {
+	return fmt.Errorf("%s %w: %v (start it with VLLM_SERVER_DEV_MODE=1 and --enable-sleep-mode)", e.name, ErrCannotEmpty, err)
+}
+
+// Loaded implements LLMEngine: its model, unless it sleeps.
+func (e *VLLM) Loaded(ctx context.Context) ([]string, error) {
+	asleep, err := e.c.IsSleeping(ctx)
+	switch {
+	case errors.Is(err, vllm.ErrNoSleepMode):
+		return nil, e.noSleep(err)
+	case err != nil || asleep:
+		return nil, err
+	}
+	return e.c.Models(ctx)
+}
+
+// Empty implements LLMEngine: a level-1 sleep that lets running requests
+// finish, confirmed by /is_sleeping. A vLLM that refuses connections holds
+// nothing.
+func (e *VLLM) Empty(ctx context.Context, log *zap.Logger, _ time.Time) ([]string, error, error) {
+	models, err := e.Loaded(ctx)
+	if err == nil && len(models) > 0 {
+		err = e.c.SleepAndConfirm(ctx)
+	}
+	contact := err
+	switch {
+	case errors.Is(err, vllm.ErrNoSleepMode):
+		return nil, nil, e.noSleep(err)
+	case err != nil && jsonhttp.Refused(err):
+		log.Warn(e.name+" refuses connections: counted as not running, so holding no GPU memory", zap.Error(err))
+		return nil, contact, nil
+	}
+	return models, contact, err
+}
+
+// UnloadSoon implements LLMEngine. It asks for nothing: asleep, vLLM
+// would queue the requests still to come in the drain.
+func (e *VLLM) UnloadSoon(context.Context) (int, error) { return 0, nil }
+
+// Warm implements LLMEngine: vLLM serves the one model it was started
+// with, loaded once awake.
+func (e *VLLM) Warm(context.Context, string) error { return fmt.Errorf("%s: %w", e.name, ErrNoWarm) }
+
+// Asleep implements Waker.
+func (e *VLLM) Asleep(ctx context.Context) (bool, error) { return e.c.IsSleeping(ctx) }
+
+// Wake implements Waker: /wake_up, confirmed by /is_sleeping false. A
+// vLLM that refuses connections starts awake when it starts again.
+func (e *VLLM) Wake(ctx context.Context) error {
+	err := e.c.WakeAndConfirm(ctx, e.poll)
+	if err != nil && jsonhttp.Refused(err) {
+		return nil
+	}
+	return err
+}
+
+var (
+	_ LLMEngine = (*VLLM)(nil)
+	_ Waker     = (*VLLM)(nil)
+)
