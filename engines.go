@@ -8,6 +8,7 @@ import (
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/a1111"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/llamacpp"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/llamaswap"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/vllm"
@@ -38,6 +39,13 @@ var engineKinds = map[string]map[string]func(name, url string, c *config) (gpu.E
 				return nil, err
 			}
 			return gpu.NewOllama(name, oc, c.gpu.UnloadPoll), nil
+		},
+		"llamacpp": func(name, url string, c *config) (gpu.Engine, error) {
+			lc, err := llamacpp.NewClient(url, nil)
+			if err != nil {
+				return nil, err
+			}
+			return gpu.NewLlamaCpp(name, lc, c.gpu.UnloadPoll), nil
 		},
 		"llamaswap": func(name, url string, _ *config) (gpu.Engine, error) {
 			sc, err := llamaswap.NewClient(url, nil)

@@ -3,7 +3,7 @@
 // simulated upstreams. BENCHMARKS.md gives the figures and how to read them.
 //
 //	go run ./bench/load ab      # request-path overhead: turnstile vs plain reverse_proxy, alternating rounds
-//	go run ./bench/load switch  # GPU switch latency, both directions
+//	go run ./bench/load switch  # GPU switch latency, both directions (-llm ollama,vllm -image comfyui,a1111: per engine pair)
 //	go run ./bench/load scale   # 10,000 LLM requests waiting behind a hold: memory, release time (-body 8MiB -n 100: the wait budget)
 //	go run ./bench/load day     # a simulated day: switches and cold loads, ours vs the original policy
 package main

@@ -70,7 +70,12 @@ func at(ev []gputest.Event, from int, service, what string) (time.Time, int) {
 func runSwitch(args []string) error {
 	fs := newFlags("switch")
 	n := fs.Int("n", 20, "switches measured in each direction")
+	llms := fs.String("llm", "", "measure these LLM engines (comma-separated: ollama,llamacpp,llamaswap,vllm) against -image, instead of Ollama and ComfyUI in detail")
+	images := fs.String("image", "comfyui,a1111", "the image engines for -llm (comfyui,a1111)")
 	fs.Parse(args)
+	if *llms != "" {
+		return runPairs(splitKinds(*llms), splitKinds(*images), *n)
+	}
 	gpu := gputest.New()
 	// Default history_poll_interval (1s): the job's end must be seen
 	// through ComfyUI's websocket, not by polling.

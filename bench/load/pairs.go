@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/a1111/a1111test"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy/comfytest"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/llamaswap/llamaswaptest"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama/ollamatest"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/vllm/vllmtest"
+)
+
+// fakeEngine is a simulated engine for the switch benchmark, with the
+// timeline marks that say when a request reached it and when its work
+// ended.
+type fakeEngine struct {
+	kind, url string
+	close     func()
+	path      string        // the request that uses the GPU
+	body      func() string // its body
+	arrive    string        // the mark of that request reaching the engine
+	end       string        // the mark of its work ending
+}
+
+func (e fakeEngine) class() string {
+	if e.kind == "comfyui" || e.kind == "a1111" {
+		return "image"
+	}
+	return "llm"
+}
+
+// startFake starts a simulated engine of kind, with delays of a tenth of
+// real ones or so; the benchmark subtracts the engines' own work.
+func startFake(gpu *gputest.GPU, kind string) (fakeEngine, error) {
+	chat := func(model string) func() string {
+		return func() string {
+			return fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi"}],"stream":false}`, model)
+		}
+	}
+	seed := 0
+	switch kind {
+	case "ollama":
+		s := ollamatest.NewServer(gpu, ollamatest.Options{LoadDelay: 30 * time.Millisecond, UnloadDelay: 80 * time.Millisecond, Tokens: 3, TokenDelay: 5 * time.Millisecond})
+		return fakeEngine{kind, s.URL, s.Close, "/api/chat", chat("llama3.2"), "request /api/chat", "done /api/chat"}, nil
+	case "llamaswap":
+		s := llamaswaptest.NewServer(gpu, llamaswaptest.Options{StartDelay: 30 * time.Millisecond, StopDelay: 80 * time.Millisecond, Tokens: 3, TokenDelay: 5 * time.Millisecond})
+		return fakeEngine{kind, s.URL(), s.Close, "/v1/chat/completions", chat("qwen3-8b"), "request /v1/chat/completions", "done /v1/chat/completions"}, nil
+	case "vllm":
+		s := vllmtest.NewServer(gpu, vllmtest.Options{SleepDelay: 80 * time.Millisecond, WakeDelay: 80 * time.Millisecond, Tokens: 3, TokenDelay: 5 * time.Millisecond})
+		return fakeEngine{kind, s.URL(), s.Close, "/v1/chat/completions", chat("Qwen/Qwen3-8B"), "request /v1/chat/completions", "finished /v1/chat/completions"}, nil
+	case "comfyui":
+		s := comfytest.NewServer(gpu, comfytest.Options{JobDuration: 150 * time.Millisecond, FreeDelay: 40 * time.Millisecond})
+		prompt := func() string {
+			seed++ // each prompt has its own seed, or ComfyUI's cache would answer it
+			return fmt.Sprintf(`{"prompt":{"3":{"class_type":"KSampler","inputs":{"seed":%d}},"9":{"class_type":"SaveImage"}}}`, seed)
+		}
+		// The job has ended when ComfyUI writes its history entry and
+		// takes it off the queue, ~100 ms after its final message.
+		return fakeEngine{kind, s.URL, s.Close, "/prompt", prompt, "queued", "history "}, nil
+	case "a1111":
+		s := a1111test.NewServer(gpu, a1111test.Options{JobDuration: 150 * time.Millisecond, LoadDelay: 40 * time.Millisecond, UnloadDelay: 40 * time.Millisecond})
+		txt2img := func() string { return `{"prompt":"a lighthouse","steps":6}` }
+		return fakeEngine{kind, s.URL(), s.Close, "/sdapi/v1/txt2img", txt2img, " start", " end: "}, nil
+	}
+	return fakeEngine{}, fmt.Errorf("no simulated engine of kind %q", kind)
+}
+
+// pairResult is one engine pair's switch overheads.
+type pairResult struct {
+	toLLM, toImage, llmWork, imageWork []time.Duration
+}
+
+// runPair measures n switches each way between an LLM engine and an image
+// engine on one turnstile: from the end of one side's work to the other
+// side's request reaching its engine, minus the steps in between (unload,
+// free, wake) as the turnstile timed them.
+func runPair(llmKind, imageKind string, n int) (pairResult, error) {
+	var res pairResult
+	gpu := gputest.New()
+	gpu.ShareAmong("ollama", "llamacpp", "llamaswap", "vllm")
+	llm, err := startFake(gpu, llmKind)
+	if err != nil {
+		return res, err
+	}
+	defer llm.close()
+	img, err := startFake(gpu, imageKind)
+	if err != nil {
+		return res, err
+	}
+	defer img.close()
+	admin, pl, pi := freePort(), freePort(), freePort()
+	err = loadCaddy(fmt.Sprintf(`{`+globalOpts+`
+	gpu_turnstile {
+		llm %s %s
+		image %s %s
+		unload_poll_interval 20ms
+		history_poll_interval 20ms
+	}
+}
+:%d {
+	bind 127.0.0.1
+	gpu_turnstile
+	reverse_proxy %s {
+		flush_interval -1
+	}
+}
+:%d {
+	bind 127.0.0.1
+	gpu_turnstile
+	reverse_proxy %s
+}
+`, admin, llmKind, llm.url, imageKind, img.url, pl, llm.url, pi, img.url))
+	if err != nil {
+		return res, err
+	}
+	adminURL := fmt.Sprintf("http://127.0.0.1:%d", admin)
+	llmURL, imageURL := fmt.Sprintf("http://127.0.0.1:%d", pl)+llm.path, fmt.Sprintf("http://127.0.0.1:%d", pi)+img.path
+	waitIdle(adminURL)
+	for range n {
+		// Image -> LLM: a chat arrives during a job and waits.
+		from := len(gpu.Events())
+		done := make(chan error, 1)
+		body := img.body()
+		go func() { _, err := post(imageURL, body); done <- err }()
+		gpu.WaitFor(10*time.Second, func(ev []gputest.Event) bool { return gputest.Index(ev, from, imageKind, img.arrive) >= 0 })
+		if _, err := post(llmURL, llm.body()); err != nil {
+			return res, err
+		}
+		if err := <-done; err != nil {
+			return res, err
+		}
+		ev := gpu.Events()
+		end, i := at(ev, from, imageKind, img.end)
+		reached, _ := at(ev, i, llmKind, llm.arrive)
+		if end.IsZero() || reached.IsZero() {
+			return res, fmt.Errorf("incomplete timeline:\n%s", gputest.Dump(ev[from:]))
+		}
+		work := steps(adminURL, end, reached, "free", "wake")
+		res.imageWork = append(res.imageWork, work)
+		res.toLLM = append(res.toLLM, reached.Sub(end)-work)
+
+		// LLM -> image: a prompt arrives during a chat and waits.
+		from = len(gpu.Events())
+		go func() { _, err := post(llmURL, llm.body()); done <- err }()
+		gpu.WaitFor(10*time.Second, func(ev []gputest.Event) bool { return gputest.Index(ev, from, llmKind, llm.arrive) >= 0 })
+		if _, err := post(imageURL, img.body()); err != nil {
+			return res, err
+		}
+		if err := <-done; err != nil {
+			return res, err
+		}
+		ev = gpu.Events()
+		chatEnd, i := at(ev, from, llmKind, llm.end)
+		arrived, _ := at(ev, i, imageKind, img.arrive)
+		if chatEnd.IsZero() || arrived.IsZero() {
+			return res, fmt.Errorf("incomplete timeline:\n%s", gputest.Dump(ev[from:]))
+		}
+		work = steps(adminURL, chatEnd, arrived, "unload", "free")
+		res.llmWork = append(res.llmWork, work)
+		res.toImage = append(res.toImage, arrived.Sub(chatEnd)-work)
+		waitIdle(adminURL)
+	}
+	return res, nil
+}
+
+// steps sums the durations of the turnstile's steps of the given kinds
+// that ended between from and to, from its history.
+func steps(admin string, from, to time.Time, kinds ...string) time.Duration {
+	resp, err := http.Get(admin + "/gpu_turnstile/history")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	var h map[string]struct {
+		Events []struct {
+			At      time.Time `json:"at"`
+			Kind    string    `json:"kind"`
+			Seconds float64   `json:"seconds"`
+		} `json:"events"`
+	}
+	json.NewDecoder(resp.Body).Decode(&h)
+	var sum time.Duration
+	for _, e := range h["default"].Events {
+		for _, k := range kinds {
+			if e.Kind == k && !e.At.Before(from) && !e.At.After(to) {
+				sum += time.Duration(e.Seconds * float64(time.Second))
+			}
+		}
+	}
+	return sum
+}
+
+// waitIdle waits until the default turnstile is idle with nothing waiting.
+func waitIdle(admin string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for ctx.Err() == nil {
+		resp, err := http.Get(admin + "/gpu_turnstile/status")
+		if err == nil {
+			var st map[string]struct {
+				State   string `json:"state"`
+				Waiting int    `json:"image_waiting"`
+			}
+			json.NewDecoder(resp.Body).Decode(&st)
+			resp.Body.Close()
+			if s := st["default"]; s.State == "idle" && s.Waiting == 0 {
+				return
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// runPairs measures every pair of the given kinds.
+func runPairs(llms, images []string, n int) error {
+	fmt.Printf("Switch latency per engine pair over %d switches each way (simulated engines; their own steps, as the turnstile timed them, excluded)\n", n)
+	fmt.Printf("%-22s %28s %28s %12s %12s\n", "pair (llm + image)", "image job end -> chat (med/p90)", "chat end -> image job (med/p90)", "free+wake", "unload+free")
+	for _, l := range llms {
+		for _, i := range images {
+			r, err := runPair(l, i, n)
+			if err != nil {
+				return fmt.Errorf("%s + %s: %v", l, i, err)
+			}
+			for _, s := range [][]time.Duration{r.toLLM, r.toImage, r.llmWork, r.imageWork} {
+				sortDurations(s)
+			}
+			fmt.Printf("%-22s %28s %28s %12s %12s\n", l+" + "+i,
+				ms(percentile(r.toLLM, .5))+" / "+ms(percentile(r.toLLM, .9)),
+				ms(percentile(r.toImage, .5))+" / "+ms(percentile(r.toImage, .9)),
+				ms(percentile(r.imageWork, .5)), ms(percentile(r.llmWork, .5)))
+		}
+	}
+	return nil
+}
+
+func splitKinds(s string) []string { return strings.Split(s, ",") }
