@@ -116,6 +116,9 @@ func TestStatusPageInABrowser(t *testing.T) {
 	if !strings.Contains(summary, "image job") {
 		t.Fatalf("summary %q", summary)
 	}
+	if err := poll(`document.getElementById("upstreams").textContent.includes("image comfyui: running, reachable, websocket up")`); err != nil {
+		t.Fatalf("the page does not show the engines: %v; %q", err, text("#upstreams"))
+	}
 	shot := screenshot(t, ctx, "status-page-image.png")
 	h.interruptRunning(h.comfy.URL)
 	if err := waitState("IDLE"); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/a1111/a1111test"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy/comfytest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/llamacpp/llamacpptest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/llamaswap/llamaswaptest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama/ollamatest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/vllm/vllmtest"
@@ -21,6 +22,7 @@ import (
 // ended.
 type fakeEngine struct {
 	kind, url string
+	service   string // its name on the simulated GPU
 	close     func()
 	path      string        // the request that uses the GPU
 	body      func() string // its body
@@ -47,13 +49,16 @@ func startFake(gpu *gputest.GPU, kind string) (fakeEngine, error) {
 	switch kind {
 	case "ollama":
 		s := ollamatest.NewServer(gpu, ollamatest.Options{LoadDelay: 30 * time.Millisecond, UnloadDelay: 80 * time.Millisecond, Tokens: 3, TokenDelay: 5 * time.Millisecond})
-		return fakeEngine{kind, s.URL, s.Close, "/api/chat", chat("llama3.2"), "request /api/chat", "done /api/chat"}, nil
+		return fakeEngine{kind, s.URL, "ollama", s.Close, "/api/chat", chat("llama3.2"), "request /api/chat", "done /api/chat"}, nil
+	case "llamacpp":
+		s := llamacpptest.NewServer(gpu, llamacpptest.Options{LoadDelay: 30 * time.Millisecond, StopDelay: 80 * time.Millisecond, Tokens: 3, TokenDelay: 5 * time.Millisecond})
+		return fakeEngine{kind, s.URL(), "llamacpp", s.Close, "/v1/chat/completions", chat("qwen3-8b"), "load qwen3-8b", "served"}, nil
 	case "llamaswap":
 		s := llamaswaptest.NewServer(gpu, llamaswaptest.Options{StartDelay: 30 * time.Millisecond, StopDelay: 80 * time.Millisecond, Tokens: 3, TokenDelay: 5 * time.Millisecond})
-		return fakeEngine{kind, s.URL(), s.Close, "/v1/chat/completions", chat("qwen3-8b"), "request /v1/chat/completions", "done /v1/chat/completions"}, nil
+		return fakeEngine{kind, s.URL(), "llamaswap", s.Close, "/v1/chat/completions", chat("qwen3-8b"), "request /v1/chat/completions", "done /v1/chat/completions"}, nil
 	case "vllm":
 		s := vllmtest.NewServer(gpu, vllmtest.Options{SleepDelay: 80 * time.Millisecond, WakeDelay: 80 * time.Millisecond, Tokens: 3, TokenDelay: 5 * time.Millisecond})
-		return fakeEngine{kind, s.URL(), s.Close, "/v1/chat/completions", chat("Qwen/Qwen3-8B"), "request /v1/chat/completions", "finished /v1/chat/completions"}, nil
+		return fakeEngine{kind, s.URL(), "vllm", s.Close, "/v1/chat/completions", chat("Qwen/Qwen3-8B"), "request /v1/chat/completions", "finished /v1/chat/completions"}, nil
 	case "comfyui":
 		s := comfytest.NewServer(gpu, comfytest.Options{JobDuration: 150 * time.Millisecond, FreeDelay: 40 * time.Millisecond})
 		prompt := func() string {
@@ -62,11 +67,11 @@ func startFake(gpu *gputest.GPU, kind string) (fakeEngine, error) {
 		}
 		// The job has ended when ComfyUI writes its history entry and
 		// takes it off the queue, ~100 ms after its final message.
-		return fakeEngine{kind, s.URL, s.Close, "/prompt", prompt, "queued", "history "}, nil
+		return fakeEngine{kind, s.URL, "comfy", s.Close, "/prompt", prompt, "queued", "history "}, nil
 	case "a1111":
 		s := a1111test.NewServer(gpu, a1111test.Options{JobDuration: 150 * time.Millisecond, LoadDelay: 40 * time.Millisecond, UnloadDelay: 40 * time.Millisecond})
 		txt2img := func() string { return `{"prompt":"a lighthouse","steps":6}` }
-		return fakeEngine{kind, s.URL(), s.Close, "/sdapi/v1/txt2img", txt2img, " start", " end: "}, nil
+		return fakeEngine{kind, s.URL(), "a1111", s.Close, "/sdapi/v1/txt2img", txt2img, " start", " end: "}, nil
 	}
 	return fakeEngine{}, fmt.Errorf("no simulated engine of kind %q", kind)
 }
@@ -128,7 +133,7 @@ func runPair(llmKind, imageKind string, n int) (pairResult, error) {
 		done := make(chan error, 1)
 		body := img.body()
 		go func() { _, err := post(imageURL, body); done <- err }()
-		gpu.WaitFor(10*time.Second, func(ev []gputest.Event) bool { return gputest.Index(ev, from, imageKind, img.arrive) >= 0 })
+		gpu.WaitFor(10*time.Second, func(ev []gputest.Event) bool { return gputest.Index(ev, from, img.service, img.arrive) >= 0 })
 		if _, err := post(llmURL, llm.body()); err != nil {
 			return res, err
 		}
@@ -136,8 +141,8 @@ func runPair(llmKind, imageKind string, n int) (pairResult, error) {
 			return res, err
 		}
 		ev := gpu.Events()
-		end, i := at(ev, from, imageKind, img.end)
-		reached, _ := at(ev, i, llmKind, llm.arrive)
+		end, i := at(ev, from, img.service, img.end)
+		reached, _ := at(ev, i, llm.service, llm.arrive)
 		if end.IsZero() || reached.IsZero() {
 			return res, fmt.Errorf("incomplete timeline:\n%s", gputest.Dump(ev[from:]))
 		}
@@ -148,7 +153,7 @@ func runPair(llmKind, imageKind string, n int) (pairResult, error) {
 		// LLM -> image: a prompt arrives during a chat and waits.
 		from = len(gpu.Events())
 		go func() { _, err := post(llmURL, llm.body()); done <- err }()
-		gpu.WaitFor(10*time.Second, func(ev []gputest.Event) bool { return gputest.Index(ev, from, llmKind, llm.arrive) >= 0 })
+		gpu.WaitFor(10*time.Second, func(ev []gputest.Event) bool { return gputest.Index(ev, from, llm.service, llm.arrive) >= 0 })
 		if _, err := post(imageURL, img.body()); err != nil {
 			return res, err
 		}
@@ -156,12 +161,12 @@ func runPair(llmKind, imageKind string, n int) (pairResult, error) {
 			return res, err
 		}
 		ev = gpu.Events()
-		chatEnd, i := at(ev, from, llmKind, llm.end)
-		arrived, _ := at(ev, i, imageKind, img.arrive)
+		chatEnd, i := at(ev, from, llm.service, llm.end)
+		arrived, _ := at(ev, i, img.service, img.arrive)
 		if chatEnd.IsZero() || arrived.IsZero() {
 			return res, fmt.Errorf("incomplete timeline:\n%s", gputest.Dump(ev[from:]))
 		}
-		work = steps(adminURL, chatEnd, arrived, "unload", "free")
+		work = steps(adminURL, chatEnd, arrived, "unload", "free", "prepare")
 		res.llmWork = append(res.llmWork, work)
 		res.toImage = append(res.toImage, arrived.Sub(chatEnd)-work)
 		waitIdle(adminURL)
@@ -177,7 +182,7 @@ func steps(admin string, from, to time.Time, kinds ...string) time.Duration {
 		return 0
 	}
 	defer resp.Body.Close()
-	var h map[string]struct {
+	var h struct {
 		Events []struct {
 			At      time.Time `json:"at"`
 			Kind    string    `json:"kind"`
@@ -186,7 +191,7 @@ func steps(admin string, from, to time.Time, kinds ...string) time.Duration {
 	}
 	json.NewDecoder(resp.Body).Decode(&h)
 	var sum time.Duration
-	for _, e := range h["default"].Events {
+	for _, e := range h.Events {
 		for _, k := range kinds {
 			if e.Kind == k && !e.At.Before(from) && !e.At.After(to) {
 				sum += time.Duration(e.Seconds * float64(time.Second))
@@ -203,13 +208,13 @@ func waitIdle(admin string) {
 	for ctx.Err() == nil {
 		resp, err := http.Get(admin + "/gpu_turnstile/status")
 		if err == nil {
-			var st map[string]struct {
+			var st struct { // the default turnstile's, at the top level
 				State   string `json:"state"`
 				Waiting int    `json:"image_waiting"`
 			}
 			json.NewDecoder(resp.Body).Decode(&st)
 			resp.Body.Close()
-			if s := st["default"]; s.State == "idle" && s.Waiting == 0 {
+			if st.State == "idle" && st.Waiting == 0 {
 				return
 			}
 		}
@@ -220,7 +225,7 @@ func waitIdle(admin string) {
 // runPairs measures every pair of the given kinds.
 func runPairs(llms, images []string, n int) error {
 	fmt.Printf("Switch latency per engine pair over %d switches each way (simulated engines; their own steps, as the turnstile timed them, excluded)\n", n)
-	fmt.Printf("%-22s %28s %28s %12s %12s\n", "pair (llm + image)", "image job end -> chat (med/p90)", "chat end -> image job (med/p90)", "free+wake", "unload+free")
+	fmt.Printf("%-22s %28s %28s %12s %16s\n", "pair (llm + image)", "image job end -> chat (med/p90)", "chat end -> image job (med/p90)", "free+wake", "unload+prepare")
 	for _, l := range llms {
 		for _, i := range images {
 			r, err := runPair(l, i, n)
@@ -230,7 +235,7 @@ func runPairs(llms, images []string, n int) error {
 			for _, s := range [][]time.Duration{r.toLLM, r.toImage, r.llmWork, r.imageWork} {
 				sortDurations(s)
 			}
-			fmt.Printf("%-22s %28s %28s %12s %12s\n", l+" + "+i,
+			fmt.Printf("%-22s %28s %28s %12s %16s\n", l+" + "+i,
 				ms(percentile(r.toLLM, .5))+" / "+ms(percentile(r.toLLM, .9)),
 				ms(percentile(r.toImage, .5))+" / "+ms(percentile(r.toImage, .9)),
 				ms(percentile(r.imageWork, .5)), ms(percentile(r.llmWork, .5)))

@@ -38,7 +38,7 @@ type JobEntry struct {
 
 type EventEntry struct {
 	At      time.Time `json:"at"`
-	Kind    string    `json:"kind"` // unload, free, warm
+	Kind    string    `json:"kind"` // unload, free, wake, warm, prepare, interrupt
 	Seconds float64   `json:"seconds"`
 	Detail  string    `json:"detail,omitempty"`
 }

@@ -79,17 +79,26 @@ func (j *ImageJob) ready() error {
 	}
 	ctx, cancel := context.WithTimeout(j.g.ctx, j.c.UnloadTimeout)
 	defer cancel()
+	start := time.Now()
 	if err := p.Prepare(ctx); err != nil {
 		j.g.run(j.e).up.set(err)
+		j.g.metrics.UpstreamError(upstreamKind(j.e), j.e.Name(), "prepare")
 		return fmt.Errorf("%s not readied for the job: %w", j.e.Name(), err)
+	}
+	if took := time.Since(start); took > time.Millisecond {
+		j.g.history.addEvent("prepare", took, j.e.Name())
 	}
 	return nil
 }
 
 // Submitting marks the job as being forwarded to its engine, which may
-// hold memory from then on.
+// hold memory from then on; a synchronous job runs from then on.
 func (j *ImageJob) Submitting() {
-	j.g.setPhase("submitting")
+	phase := "submitting"
+	if j.e.Synchronous() {
+		phase = "running"
+	}
+	j.g.setPhase(phase)
 	j.g.run(j.e).set(stateRunning)
 }
 
