@@ -49,14 +49,21 @@ func parseClass(s string) (class, error) {
 // slips through as passthrough; a spelling the upstream would reject then
 // merely takes the lock for the length of its error answer.
 func classify(r *http.Request) class {
-	p := cleanPath(r)
 	if r.Method != http.MethodPost {
-		if p == "/upstream" || strings.HasPrefix(p, "/upstream/") || hasModelQuery(r.URL.RawQuery) {
-			return classLLM
-		}
-		return classPassthrough
+		return classifyOther(r)
 	}
-	if llmRoutes[p] || strings.HasPrefix(p, "/v1/") || strings.HasPrefix(p, "/upstream/") {
+	p := cleanPath(r)
+	switch p {
+	case "/api/generate", "/api/chat", "/api/embed", "/api/embeddings",
+		"/completion", "/completions", "/chat/completions", "/responses",
+		"/embedding", "/embeddings", "/infill", "/rerank", "/reranking",
+		"/tokenize", "/detokenize", "/apply-template", "/audio/transcriptions",
+		"/models/load", "/lora-adapters":
+		// Ollama's, and llama.cpp's own beside the /v1/ ones (in router
+		// mode each autoloads the model it names, /tokenize too).
+		return classLLM
+	}
+	if strings.HasPrefix(p, "/v1/") || strings.HasPrefix(p, "/upstream/") {
 		return classLLM
 	}
 	if imageKind(p) != "" {
@@ -65,30 +72,38 @@ func classify(r *http.Request) class {
 	return classPassthrough
 }
 
-// llmRoutes are the POST routes that run or load a model: Ollama's, and
-// llama.cpp's own beside the /v1/ ones (in router mode each autoloads the
-// model it names, /tokenize too).
-var llmRoutes = map[string]bool{
-	"/api/generate": true, "/api/chat": true, "/api/embed": true, "/api/embeddings": true,
-	"/completion": true, "/completions": true, "/chat/completions": true, "/responses": true,
-	"/embedding": true, "/embeddings": true, "/infill": true, "/rerank": true, "/reranking": true,
-	"/tokenize": true, "/detokenize": true, "/apply-template": true, "/audio/transcriptions": true,
-	"/models/load": true, "/lora-adapters": true,
-}
-
-// imageRoutes are the POST routes that start an image job, by the kind of
-// engine that serves them. A1111's answer comes at the job's end; setting
-// a checkpoint through /options loads it on the GPU too.
-var imageRoutes = map[string]string{
-	"/prompt": "comfyui", "/api/prompt": "comfyui",
-	"/sdapi/v1/txt2img": "a1111", "/sdapi/v1/img2img": "a1111",
-	"/sdapi/v1/extra-single-image": "a1111", "/sdapi/v1/extra-batch-images": "a1111",
-	"/sdapi/v1/interrogate": "a1111", "/sdapi/v1/options": "a1111",
+// classifyOther classifies a request that is not a POST: passthrough,
+// unless it loads a model on demand (llama-swap's /upstream/..., a
+// llama.cpp router's GET that names a model).
+func classifyOther(r *http.Request) class {
+	if r.URL.RawQuery != "" && hasModelQuery(r.URL.RawQuery) {
+		return classLLM
+	}
+	// Only a path that starts /u, /U or // can be /upstream/...: clients
+	// resolve dot segments before sending, and llama-swap's router does
+	// not. The common request is passed at once.
+	if raw := r.URL.Path; len(raw) < 9 || (raw[1] != 'u' && raw[1] != 'U' && raw[1] != '/') {
+		return classPassthrough
+	}
+	if p := cleanPath(r); p == "/upstream" || strings.HasPrefix(p, "/upstream/") {
+		return classLLM
+	}
+	return classPassthrough
 }
 
 // imageKind is the kind of image engine a POST to the cleaned path p
-// starts a job on, or "".
-func imageKind(p string) string { return imageRoutes[p] }
+// starts a job on, or "". A1111's answer comes at the job's end; setting a
+// checkpoint through /options loads it on the GPU too.
+func imageKind(p string) string {
+	switch p {
+	case "/prompt", "/api/prompt":
+		return "comfyui"
+	case "/sdapi/v1/txt2img", "/sdapi/v1/img2img", "/sdapi/v1/extra-single-image",
+		"/sdapi/v1/extra-batch-images", "/sdapi/v1/interrogate", "/sdapi/v1/options":
+		return "a1111"
+	}
+	return ""
+}
 
 // cleanPath is r's path as classify compares it.
 func cleanPath(r *http.Request) string {

@@ -28,6 +28,7 @@ type fakeEngine struct {
 	body      func() string // its body
 	arrive    string        // the mark of that request reaching the engine
 	end       string        // the mark of its work ending
+	busy      string        // the mark of that request running, if not arrive
 }
 
 func (e fakeEngine) class() string {
@@ -49,16 +50,16 @@ func startFake(gpu *gputest.GPU, kind string) (fakeEngine, error) {
 	switch kind {
 	case "ollama":
 		s := ollamatest.NewServer(gpu, ollamatest.Options{LoadDelay: 30 * time.Millisecond, UnloadDelay: 80 * time.Millisecond, Tokens: 3, TokenDelay: 5 * time.Millisecond})
-		return fakeEngine{kind, s.URL, "ollama", s.Close, "/api/chat", chat("llama3.2"), "request /api/chat", "done /api/chat"}, nil
+		return fakeEngine{kind: kind, url: s.URL, service: "ollama", close: s.Close, path: "/api/chat", body: chat("llama3.2"), arrive: "request /api/chat", end: "done /api/chat"}, nil
 	case "llamacpp":
 		s := llamacpptest.NewServer(gpu, llamacpptest.Options{LoadDelay: 30 * time.Millisecond, StopDelay: 80 * time.Millisecond, Tokens: 3, TokenDelay: 5 * time.Millisecond})
-		return fakeEngine{kind, s.URL(), "llamacpp", s.Close, "/v1/chat/completions", chat("qwen3-8b"), "load qwen3-8b", "served"}, nil
+		return fakeEngine{kind: kind, url: s.URL(), service: "llamacpp", close: s.Close, path: "/v1/chat/completions", body: chat("qwen3-8b"), arrive: "load qwen3-8b", end: "served", busy: "request /v1/chat/completions"}, nil
 	case "llamaswap":
 		s := llamaswaptest.NewServer(gpu, llamaswaptest.Options{StartDelay: 30 * time.Millisecond, StopDelay: 80 * time.Millisecond, Tokens: 3, TokenDelay: 5 * time.Millisecond})
-		return fakeEngine{kind, s.URL(), "llamaswap", s.Close, "/v1/chat/completions", chat("qwen3-8b"), "request /v1/chat/completions", "done /v1/chat/completions"}, nil
+		return fakeEngine{kind: kind, url: s.URL(), service: "llamaswap", close: s.Close, path: "/v1/chat/completions", body: chat("qwen3-8b"), arrive: "request /v1/chat/completions", end: "done /v1/chat/completions"}, nil
 	case "vllm":
 		s := vllmtest.NewServer(gpu, vllmtest.Options{SleepDelay: 80 * time.Millisecond, WakeDelay: 80 * time.Millisecond, Tokens: 3, TokenDelay: 5 * time.Millisecond})
-		return fakeEngine{kind, s.URL(), "vllm", s.Close, "/v1/chat/completions", chat("Qwen/Qwen3-8B"), "request /v1/chat/completions", "finished /v1/chat/completions"}, nil
+		return fakeEngine{kind: kind, url: s.URL(), service: "vllm", close: s.Close, path: "/v1/chat/completions", body: chat("Qwen/Qwen3-8B"), arrive: "request /v1/chat/completions", end: "finished /v1/chat/completions"}, nil
 	case "comfyui":
 		s := comfytest.NewServer(gpu, comfytest.Options{JobDuration: 150 * time.Millisecond, FreeDelay: 40 * time.Millisecond})
 		prompt := func() string {
@@ -67,11 +68,11 @@ func startFake(gpu *gputest.GPU, kind string) (fakeEngine, error) {
 		}
 		// The job has ended when ComfyUI writes its history entry and
 		// takes it off the queue, ~100 ms after its final message.
-		return fakeEngine{kind, s.URL, "comfy", s.Close, "/prompt", prompt, "queued", "history "}, nil
+		return fakeEngine{kind: kind, url: s.URL, service: "comfy", close: s.Close, path: "/prompt", body: prompt, arrive: "queued", end: "history "}, nil
 	case "a1111":
 		s := a1111test.NewServer(gpu, a1111test.Options{JobDuration: 150 * time.Millisecond, LoadDelay: 40 * time.Millisecond, UnloadDelay: 40 * time.Millisecond})
 		txt2img := func() string { return `{"prompt":"a lighthouse","steps":6}` }
-		return fakeEngine{kind, s.URL(), "a1111", s.Close, "/sdapi/v1/txt2img", txt2img, " start", " end: "}, nil
+		return fakeEngine{kind: kind, url: s.URL(), service: "a1111", close: s.Close, path: "/sdapi/v1/txt2img", body: txt2img, arrive: " start", end: " end: "}, nil
 	}
 	return fakeEngine{}, fmt.Errorf("no simulated engine of kind %q", kind)
 }
@@ -153,7 +154,11 @@ func runPair(llmKind, imageKind string, n int) (pairResult, error) {
 		// LLM -> image: a prompt arrives during a chat and waits.
 		from = len(gpu.Events())
 		go func() { _, err := post(llmURL, llm.body()); done <- err }()
-		gpu.WaitFor(10*time.Second, func(ev []gputest.Event) bool { return gputest.Index(ev, from, llm.service, llm.arrive) >= 0 })
+		busy := llm.arrive
+		if llm.busy != "" {
+			busy = llm.busy // the model may be loaded already
+		}
+		gpu.WaitFor(10*time.Second, func(ev []gputest.Event) bool { return gputest.Index(ev, from, llm.service, busy) >= 0 })
 		if _, err := post(imageURL, img.body()); err != nil {
 			return res, err
 		}
