@@ -1,0 +1,215 @@
+package turnstile
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+// readForWait reads up to limit bytes of r's body into memory and puts a
+// waitBody in its place: the buffered bytes, then whatever was left
+// unread. The bytes are reserved from the budget before they are read;
+// if the budget runs out part-way, what was reserved is given back and an
+// *overloadError returned.
+func (ts *turnstile) readForWait(r *http.Request, c *config, limit int64) (*waitBody, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	wb := &waitBody{ts: ts, src: r.Body, limit: c.waitBufferLimit}
+	var err error
+	if r.ContentLength > 0 {
+		err = wb.readKnown(r.ContentLength, limit)
+	} else {
+		err = wb.readChunked(limit)
+	}
+	if err != nil {
+		wb.release()
+		var o *overloadError
+		if errors.As(err, &o) {
+			err := ts.overload(c, o.option)
+			err.started = len(wb.chunks) > 0
+			return nil, err
+		}
+		return nil, bodyReadError(err)
+	}
+	if wb.complete {
+		r.Body.Close()
+	}
+	if len(wb.chunks) == 0 {
+		wb.release() // nothing kept in memory
+	}
+	r.Body = wb
+	return wb, nil
+}
+
+var errBudget = &overloadError{option: "wait_buffer_limit"}
+
+// readKnown reads a body whose size is known: one reservation, one
+// allocation.
+func (wb *waitBody) readKnown(size, limit int64) error {
+	n := min(size, limit)
+	if !wb.reserve(n) {
+		return errBudget
+	}
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(wb.src, buf); err != nil {
+		return err // shorter than its Content-Length, or the client left
+	}
+	wb.chunks = append(wb.chunks, buf)
+	if n < size {
+		return nil // the rest waits unread
+	}
+	// One more read sees the end (Go's server has usually seen it with
+	// the last bytes already): what lets it notice a client that leaves.
+	var probe [1]byte
+	switch m, err := wb.src.Read(probe[:]); {
+	case m > 0:
+		return errors.New("body longer than its Content-Length")
+	case err == io.EOF:
+		wb.complete = true
+	case err != nil:
+		return err
+	}
+	return nil
+}
+
+// readChunked reads a body of unknown length a chunk at a time, each
+// reserved before it is allocated, so that it never holds memory the
+// budget did not grant. Chunks grow from firstChunk to maxChunk.
+func (wb *waitBody) readChunked(limit int64) error {
+	size := int64(firstChunk)
+	for total := int64(0); total < limit; size = min(size*2, maxChunk) {
+		n := min(size, limit-total)
+		if !wb.reserve(n) {
+			return errBudget
+		}
+		buf := make([]byte, n)
+		k, err := fill(wb.src, buf)
+		if k > 0 {
+			wb.chunks = append(wb.chunks, buf[:k])
+		} else {
+			wb.unreserve(n) // the body had ended: the chunk is dropped
+		}
+		total += int64(k)
+		if err == io.EOF {
+			wb.complete = true
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fill reads into buf until it is full or the reader fails; io.EOF means
+// the body ended (unlike io.ReadFull, which also reports a reader's own
+// io.ErrUnexpectedEOF, a truncated chunked body, as a short read).
+func fill(r io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		k, err := r.Read(buf[n:])
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// bodyReadError is the answer to a body that could not be read: the 413 of
+// Caddy's request_body max_size as it is, anything else a 400.
+func bodyReadError(err error) error {
+	var he caddyhttp.HandlerError
+	if errors.As(err, &he) {
+		return err
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return caddyhttp.Error(http.StatusRequestEntityTooLarge, err)
+	}
+	return caddyhttp.Error(http.StatusBadRequest, fmt.Errorf("gpu_turnstile: reading request body: %w", err))
+}
+
+// waitBody is a request body read into memory before the request waits,
+// followed by the rest of the original body if that was not read to its
+// end. Its bytes are given back to the budget once they have been read
+// (the upstream has them) or release is called, whichever comes first.
+type waitBody struct {
+	ts       *turnstile
+	src      io.ReadCloser // the original body
+	limit    int64         // wait_buffer_limit
+	complete bool          // src was read to its end
+
+	mu     sync.Mutex
+	chunks [][]byte // buffered bytes not yet read
+	held   int64    // bytes reserved from the budget and not given back
+}
+
+func (wb *waitBody) reserve(n int64) bool {
+	if !wb.ts.budget.reserve(n, wb.limit) {
+		return false
+	}
+	wb.mu.Lock()
+	wb.held += n
+	wb.mu.Unlock()
+	return true
+}
+
+func (wb *waitBody) unreserve(n int64) {
+	wb.mu.Lock()
+	wb.held -= n
+	wb.mu.Unlock()
+	wb.ts.budget.give(n, wb.limit)
+}
+
+// release gives the reserved bytes back; the buffered data stays readable.
+func (wb *waitBody) release() {
+	wb.mu.Lock()
+	wb.releaseLocked()
+	wb.mu.Unlock()
+}
+
+func (wb *waitBody) releaseLocked() {
+	if wb.held > 0 {
+		wb.ts.budget.give(wb.held, wb.limit)
+		wb.held = 0
+	}
+}
+
+// Read serves the buffered bytes, dropping each chunk once it is read,
+// then the rest of the original body.
+func (wb *waitBody) Read(p []byte) (int, error) {
+	wb.mu.Lock()
+	for len(wb.chunks) > 0 {
+		c := wb.chunks[0]
+		n := copy(p, c)
+		if n < len(c) {
+			wb.chunks[0] = c[n:]
+			wb.mu.Unlock()
+			return n, nil
+		}
+		wb.chunks[0] = nil
+		wb.chunks = wb.chunks[1:]
+		if len(wb.chunks) == 0 {
+			wb.releaseLocked()
+		}
+		if n > 0 || len(p) == 0 {
+			wb.mu.Unlock()
+			return n, nil
+		}
+	}
+	wb.releaseLocked()
+	wb.mu.Unlock()
+	if wb.complete {
+		return 0, io.EOF
+	}
+	return wb.src.Read(p) // never under the mutex: it may block on the client
+}
+
+// Close closes the original body.
+func (wb *waitBody) Close() error { return wb.src.Close() }
