@@ -3,7 +3,8 @@
 #
 #   ./xcaddy.sh build [xcaddy build flags]  -> ./caddy
 #   ./xcaddy.sh run   [caddy run flags]     -> build, then run (default: Caddyfile.example)
-#   ./xcaddy.sh demo  [demo flags]          -> build, then run against simulated Ollama and ComfyUI
+#   ./xcaddy.sh demo  [-engines LLM,IMAGE]  -> build, then run against simulated engines
+#                                              (default ollama,comfyui; e.g. llamacpp,a1111)
 #
 # Environment: CADDY_VERSION (default v2.11.9), CADDY_BIN (default ./caddy).
 set -euo pipefail

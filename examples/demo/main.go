@@ -1,19 +1,23 @@
-// Command demo runs Caddy with the gpu_turnstile plugin in front of
-// simulated Ollama and ComfyUI, plays a short scene and prints a timeline
-// of what the GPU does, then keeps serving so you can try it with curl.
+// Command demo runs Caddy with the gpu_turnstile plugin in front of a
+// simulated LLM engine and a simulated image engine sharing one simulated
+// GPU, plays a short scene and prints a timeline of what the GPU does,
+// then keeps serving so you can try it with curl.
 //
-//	./xcaddy.sh demo            # builds ./caddy, then runs this
+// -engines picks the pair, one LLM kind (ollama, llamacpp, llamaswap,
+// vllm) and one image kind (comfyui, a1111); the default is Ollama and
+// ComfyUI.
+//
+//	./xcaddy.sh demo                      # builds ./caddy, then runs this
+//	./xcaddy.sh demo -engines llamacpp,a1111
 //	go run ./examples/demo -caddy ./caddy -once
 package main
 
 import (
-	"bufio"
 	"context"
 	_ "embed"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -26,32 +30,47 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy/comfytest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama/ollamatest"
 )
 
 //go:embed Caddyfile
 var caddyfile string
 
+type options struct {
+	caddyBin           string
+	once               bool
+	llmPort, imagePort int
+	llm                llmEngine
+	image              imageEngine
+}
+
 func main() {
-	caddyBin := flag.String("caddy", "./caddy", "the Caddy binary built with the plugin")
-	once := flag.Bool("once", false, "exit after the scene instead of serving on")
-	llmPort := flag.Int("llm-port", 11434, "Caddy's Ollama-facing port (another is picked if busy)")
-	imagePort := flag.Int("image-port", 8188, "Caddy's ComfyUI-facing port (another is picked if busy)")
+	var o options
+	flag.StringVar(&o.caddyBin, "caddy", "./caddy", "the Caddy binary built with the plugin")
+	flag.BoolVar(&o.once, "once", false, "exit after the scene instead of serving on")
+	flag.IntVar(&o.llmPort, "llm-port", 11434, "Caddy's LLM-facing port (another is picked if busy)")
+	flag.IntVar(&o.imagePort, "image-port", 8188, "Caddy's image-facing port (another is picked if busy)")
+	engines := flag.String("engines", "ollama,comfyui", "the simulated engines: one LLM kind (ollama, llamacpp, llamaswap, vllm) and one image kind (comfyui, a1111)")
 	flag.Parse()
-	if err := run(*caddyBin, *once, *llmPort, *imagePort); err != nil {
+	var err error
+	if o.llm, o.image, err = parseEngines(*engines); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(2)
+	}
+	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
 }
 
 type demo struct {
-	start time.Time
-	out   sync.Mutex
-	llm   string
-	image string
-	gpu   *gputest.GPU
+	start     time.Time
+	out       sync.Mutex
+	llm       string // Caddy's LLM-facing URL
+	image     string // Caddy's image-facing URL
+	llmKind   llmEngine
+	imageKind imageEngine
+	gpu       *gputest.GPU
 }
 
 func (d *demo) say(format string, args ...any) {
@@ -60,24 +79,22 @@ func (d *demo) say(format string, args ...any) {
 	fmt.Printf("%6.2fs  %s\n", time.Since(d.start).Seconds(), fmt.Sprintf(format, args...))
 }
 
-func run(caddyBin string, once bool, llmPort, imagePort int) error {
-	if _, err := os.Stat(caddyBin); err != nil {
-		return fmt.Errorf("%s not found: build it with ./xcaddy.sh build", caddyBin)
+func run(o options) error {
+	if _, err := os.Stat(o.caddyBin); err != nil {
+		return fmt.Errorf("%s not found: build it with ./xcaddy.sh build", o.caddyBin)
 	}
-	d := &demo{start: time.Now(), gpu: gputest.New()}
+	d := &demo{start: time.Now(), gpu: gputest.New(), llmKind: o.llm, imageKind: o.image}
+	// LLM engines may share the GPU with one another; not with an image engine.
+	d.gpu.ShareAmong("ollama", "llamacpp", "llamaswap", "vllm")
 
-	// Simulated services, with delays of the order of real ones (shortened).
-	oll := ollamatest.NewUnstarted(d.gpu, ollamatest.Options{LoadDelay: 800 * time.Millisecond,
-		UnloadDelay: 300 * time.Millisecond, Tokens: 25, TokenDelay: 60 * time.Millisecond})
-	oll.Listener = listen(11435)
-	oll.Start()
-	defer oll.Close()
-	cmf := comfytest.NewUnstarted(d.gpu, comfytest.Options{JobDuration: 3 * time.Second, FreeDelay: 200 * time.Millisecond})
-	cmf.Listener = listen(8189)
-	cmf.Start()
-	defer cmf.Close()
+	llmURL, stopLLM := o.llm.start(d.gpu)
+	defer stopLLM()
+	// vLLM loads its weights at launch, and A1111 its checkpoint, both
+	// before Caddy can do anything about it: A1111 then starts without.
+	imageURL, stopImage := o.image.start(d.gpu, o.llm.kind == "vllm")
+	defer stopImage()
 
-	llmL, imageL, adminL := listen(llmPort), listen(imagePort), listen(0)
+	llmL, imageL, adminL := listen(o.llmPort), listen(o.imagePort), listen(0)
 	ports := []int{port(llmL), port(imageL), port(adminL)}
 	llmL.Close()
 	imageL.Close()
@@ -90,45 +107,74 @@ func run(caddyBin string, once bool, llmPort, imagePort int) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	cfgPath := filepath.Join(dir, "Caddyfile")
-	if err := os.WriteFile(cfgPath, []byte(caddyfile), 0o644); err != nil {
-		return err
-	}
-	logPath := filepath.Join(os.TempDir(), "gpu-turnstile-demo-caddy.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return err
-	}
-	defer logFile.Close()
-	cmd := exec.Command(caddyBin, "run", "--config", cfgPath, "--adapter", "caddyfile")
-	cmd.Env = append(os.Environ(),
-		"OLLAMA_URL="+oll.URL, "COMFY_URL="+cmf.URL,
+	env := append(os.Environ(),
+		"LLM_KIND="+o.llm.kind, "LLM_URL="+llmURL, "IMAGE_KIND="+o.image.kind, "IMAGE_URL="+imageURL, "WARM="+warmLine(o.llm),
 		fmt.Sprintf("LLM_PORT=%d", ports[0]), fmt.Sprintf("IMAGE_PORT=%d", ports[1]),
 		fmt.Sprintf("ADMIN_ADDR=127.0.0.1:%d", ports[2]),
 		"XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
+	logPath, stopCaddy, err := startCaddy(o.caddyBin, dir, env)
+	if err != nil {
 		return err
 	}
-	defer func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
-	}()
+	defer stopCaddy()
 
-	fmt.Printf("gpu-turnstile demo: Caddy (%s) in front of simulated Ollama and ComfyUI\n", caddyBin)
-	fmt.Printf("  Ollama-facing  %s  ->  simulated Ollama  %s\n", d.llm, oll.URL)
-	fmt.Printf("  ComfyUI-facing %s  ->  simulated ComfyUI %s\n", d.image, cmf.URL)
-	fmt.Printf("  Caddy's log: %s\n\n", logPath)
+	d.header(o.caddyBin, llmURL, imageURL, logPath)
 	if err := d.waitReady(); err != nil {
 		return err
 	}
-
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	go d.watchState(ctx)
 	go d.watchGPU(ctx)
 	d.scene()
+	return d.finish(o.once)
+}
 
+// warmLine is the Caddyfile's warm_model line for the LLM engine.
+func warmLine(e llmEngine) string {
+	if e.warm == "" {
+		return ""
+	}
+	return "warm_model " + e.warm
+}
+
+// startCaddy writes the Caddyfile into dir and runs Caddy on it with env,
+// its output in a log file.
+func startCaddy(caddyBin, dir string, env []string) (logPath string, stop func(), err error) {
+	cfgPath := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(cfgPath, []byte(caddyfile), 0o644); err != nil {
+		return "", nil, err
+	}
+	logPath = filepath.Join(os.TempDir(), "gpu-turnstile-demo-caddy.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return "", nil, err
+	}
+	cmd := exec.Command(caddyBin, "run", "--config", cfgPath, "--adapter", "caddyfile")
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return "", nil, err
+	}
+	return logPath, func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		logFile.Close()
+	}, nil
+}
+
+func (d *demo) header(caddyBin, llmURL, imageURL, logPath string) {
+	l, i := d.llmKind.name, d.imageKind.name
+	facing := max(len(l), len(i)) + len("-facing")
+	fmt.Printf("gpu-turnstile demo: Caddy (%s) in front of simulated %s and %s\n", caddyBin, l, i)
+	fmt.Printf("  %-*s %s  ->  simulated %-*s %s\n", facing, l+"-facing", d.llm, facing-len("-facing"), l, llmURL)
+	fmt.Printf("  %-*s %s  ->  simulated %-*s %s\n", facing, i+"-facing", d.image, facing-len("-facing"), i, imageURL)
+	fmt.Printf("  Caddy's log: %s\n\n", logPath)
+}
+
+// finish reports the overlaps and, unless once, serves on until a signal.
+func (d *demo) finish(once bool) error {
 	overlaps := d.gpu.Overlaps()
 	fmt.Printf("\nGPU shared by both services: %d times (overlaps=%d)\n", len(overlaps), len(overlaps))
 	if once {
@@ -140,74 +186,16 @@ func run(caddyBin string, once bool, llmPort, imagePort int) error {
 	}
 	fmt.Printf(`
 Still serving. Try, in another terminal:
-  curl %[1]s/api/chat -d '{"model":"llama3.2","messages":[{"role":"user","content":"hi"}]}'
-  curl %[2]s/api/prompt -d '{"prompt":{"3":{"class_type":"KSampler"},"9":{"class_type":"SaveImage"}}}'
-  curl %[1]s/healthz
-  open %[1]s/healthz?view=html in a browser for the live status page
+  %s
+  %s
+  curl %s/healthz
+  open %[3]s/healthz?view=html in a browser for the live status page
 Ctrl-C to stop.
-`, d.llm, d.image)
+`, d.llmKind.try(d.llm), fmt.Sprintf(d.imageKind.try, d.image), d.llm)
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	<-sig
 	return nil
-}
-
-// scene plays chats streaming, an image job arriving, chats waiting, the
-// job ending, chats resuming and the warm-up.
-func (d *demo) scene() {
-	var wg sync.WaitGroup
-	chat := func(name, model string) {
-		defer wg.Done()
-		start := time.Now()
-		body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hello"}]}`, model)
-		resp, err := http.Post(d.llm+"/api/chat", "application/json", strings.NewReader(body))
-		if err != nil {
-			d.say("%s: %v", name, err)
-			return
-		}
-		defer resp.Body.Close()
-		br := bufio.NewReader(resp.Body)
-		if _, err := br.ReadString('\n'); err == nil {
-			d.say("%s: first token after %.2fs (status %d)", name, time.Since(start).Seconds(), resp.StatusCode)
-		}
-		io.Copy(io.Discard, br)
-		d.say("%s: done after %.2fs", name, time.Since(start).Seconds())
-	}
-	d.say("scene: two chats start streaming (llama3.2 and qwen3:8b)")
-	wg.Add(2)
-	go chat("chat A", "llama3.2")
-	go chat("chat B", "qwen3:8b")
-	time.Sleep(1200 * time.Millisecond)
-
-	d.say("scene: an image prompt arrives while the chats stream")
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		start := time.Now()
-		resp, err := http.Post(d.image+"/api/prompt", "application/json", strings.NewReader(
-			`{"prompt":{"3":{"class_type":"KSampler","inputs":{}},"9":{"class_type":"SaveImage","inputs":{}}},"client_id":"demo"}`))
-		if err != nil {
-			d.say("image: %v", err)
-			return
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		var out struct {
-			PromptID string `json:"prompt_id"`
-		}
-		json.Unmarshal(b, &out)
-		d.say("image: ComfyUI accepted the prompt after %.2fs (prompt_id %s)", time.Since(start).Seconds(), short(out.PromptID))
-	}()
-	time.Sleep(300 * time.Millisecond)
-	d.say("scene: a third chat arrives and has to wait for the image job")
-	wg.Add(1)
-	go chat("chat C", "llama3.2")
-	wg.Wait()
-	// Let the warm-up finish so the timeline shows it.
-	d.gpu.WaitFor(10*time.Second, func(ev []gputest.Event) bool {
-		return gputest.Index(ev, gputest.Index(ev, 0, "comfy", "free"), "ollama", "load") >= 0 || d.stateIs("idle")
-	})
-	time.Sleep(1500 * time.Millisecond)
 }
 
 func (d *demo) stateIs(s string) bool {
