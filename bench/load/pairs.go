@@ -31,13 +31,6 @@ type fakeEngine struct {
 	busy      string        // the mark of that request running, if not arrive
 }
 
-func (e fakeEngine) class() string {
-	if e.kind == "comfyui" || e.kind == "a1111" {
-		return "image"
-	}
-	return "llm"
-}
-
 // startFake starts a simulated engine of kind, with delays of a tenth of
 // real ones or so; the benchmark subtracts the engines' own work.
 func startFake(gpu *gputest.GPU, kind string) (fakeEngine, error) {
