@@ -11,6 +11,8 @@ import (
 
 	"github.com/dustin/go-humanize"
 	"go.uber.org/zap"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 )
 
 // A request that may wait for the GPU reads its body into memory first, so
@@ -206,9 +208,10 @@ func (ts *turnstile) overload(c *config, option string) *overloadError {
 // refuseWait answers a request that admitWait did not admit. One turned
 // away by a limit gets the busy answer at once, in the error shape of the
 // API it spoke, with Retry-After: an LLM request as in reject mode
-// (llm_busy_status), an image prompt in ComfyUI's error shape with 503.
+// (llm_busy_status), an image job (image, nil for LLM) in its engine's
+// error shape with 503.
 // Any other error (an unreadable body) is returned for Caddy to answer.
-func (ts *turnstile) refuseWait(w http.ResponseWriter, r *http.Request, c *config, err error, image bool) error {
+func (ts *turnstile) refuseWait(w http.ResponseWriter, r *http.Request, c *config, err error, image gpu.ImageEngine) error {
 	var o *overloadError
 	if !errors.As(err, &o) {
 		return err
@@ -237,12 +240,12 @@ func (ts *turnstile) refuseWait(w http.ResponseWriter, r *http.Request, c *confi
 		msg = fmt.Sprintf("gpu_turnstile: the requests waiting for the GPU already hold %s of request bodies (wait_buffer_limit); retry after %ds",
 			humanize.IBytes(uint64(c.waitBufferLimit)), retry)
 	}
-	if !image {
+	if image == nil {
 		return writeLLMBusy(w, r, c.busyStatus, retry, msg)
 	}
 	w.Header().Set("Retry-After", strconv.Itoa(retry))
 	w.Header().Set("Cache-Control", "no-store")
-	return writeComfyError(w, http.StatusServiceUnavailable, "gpu_busy", msg)
+	return writeImageError(w, image, http.StatusServiceUnavailable, msg)
 }
 
 // validateBudget checks wait_buffer_limit and max_waiting and fills in

@@ -63,7 +63,8 @@ func classify(r *http.Request) class {
 		// mode each autoloads the model it names, /tokenize too).
 		return classLLM
 	}
-	if strings.HasPrefix(p, "/v1/") || strings.HasPrefix(p, "/upstream/") {
+	// /v/ is llama-swap's versionless form of its /v1/ routes.
+	if strings.HasPrefix(p, "/v1/") || strings.HasPrefix(p, "/v/") || strings.HasPrefix(p, "/upstream/") || p == "/audioapi/v1/tasks/run" {
 		return classLLM
 	}
 	if imageKind(p) != "" {
@@ -99,7 +100,9 @@ func imageKind(p string) string {
 	case "/prompt", "/api/prompt":
 		return "comfyui"
 	case "/sdapi/v1/txt2img", "/sdapi/v1/img2img", "/sdapi/v1/extra-single-image",
-		"/sdapi/v1/extra-batch-images", "/sdapi/v1/interrogate", "/sdapi/v1/options":
+		"/sdapi/v1/extra-batch-images", "/sdapi/v1/interrogate", "/sdapi/v1/options",
+		"/sdapi/v1/reload-checkpoint", "/sdapi/v1/create/embedding", "/sdapi/v1/create/hypernetwork",
+		"/sdapi/v1/train/embedding", "/sdapi/v1/train/hypernetwork":
 		return "a1111"
 	}
 	return ""

@@ -29,11 +29,17 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 	c := ts.cfg()
 	e := h.imageEngine(c, r)
 	if e == nil {
-		return next.ServeHTTP(w, r) // no engine of this kind: nothing to arbitrate
+		// No engine of this kind. A1111's routes may be served by an
+		// LLM engine (llama-swap runs stable-diffusion.cpp behind them):
+		// then they are LLM work. ComfyUI's pass through.
+		if h.class == classAuto && imageKind(cleanPath(r)) == "a1111" && len(c.gpu.LLMs) > 0 {
+			return h.serveLLM(w, r, next)
+		}
+		return next.ServeHTTP(w, r)
 	}
 	ticket, err := ts.admitWait(r, c, imageBodyLimit)
 	if err != nil {
-		return ts.refuseWait(w, r, c, err, true)
+		return ts.refuseWait(w, r, c, err, e)
 	}
 	defer ticket.done()
 	start := time.Now()
@@ -41,7 +47,8 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 	ticket.stopWaiting()
 	if err != nil {
 		if errors.Is(err, gpu.ErrNoEngine) {
-			return next.ServeHTTP(w, r) // a reload dropped the engine meanwhile
+			return writeImageError(w, e, http.StatusServiceUnavailable,
+				fmt.Sprintf("gpu_turnstile: %v; a config reload removed the engine while the job waited", err))
 		}
 		return clientGone("after waiting %v for the GPU", time.Since(start).Round(time.Millisecond))
 	}

@@ -58,7 +58,7 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 	}
 	ticket, err := ts.admitWait(r, c, waitBodyLimit)
 	if err != nil {
-		return ts.refuseWait(w, r, c, err, false)
+		return ts.refuseWait(w, r, c, err, nil)
 	}
 	defer ticket.done()
 	start := time.Now()

@@ -72,10 +72,10 @@ func (e *A1111) Interrupt(ctx context.Context, _ string) error { return e.c.Inte
 // Free implements ImageEngine: unload-checkpoint, confirmed by this
 // process's reserved CUDA memory falling in /sdapi/v1/memory.
 func (e *A1111) Free(ctx context.Context) (bool, error) {
+	// Whatever the confirmation says, the unload may have been carried
+	// out: the next job reloads (harmless if the checkpoint is there).
+	e.unloaded.Store(true)
 	confirmed, err := e.c.FreeAndConfirm(ctx, e.poll)
-	if err == nil || errors.Is(err, a1111.ErrNoGPUReading) {
-		e.unloaded.Store(true)
-	}
 	if errors.Is(err, a1111.ErrNoGPUReading) {
 		return false, mark(err, ErrNoGPUReading)
 	}

@@ -69,6 +69,9 @@ func (a *activity) oldestWait() time.Time {
 func (g *GPU) setJob(j *Job) {
 	g.mu.Lock()
 	g.act.job = j
+	if j == nil {
+		g.pokeDirect()
+	}
 	g.mu.Unlock()
 }
 
@@ -119,9 +122,12 @@ func (g *GPU) takeDirect(e ImageEngine) bool {
 	return true
 }
 
-func (g *GPU) endDirect(e ImageEngine) {
+func (g *GPU) endDirect(e ImageEngine) { g.endDirectNamed(e.Name()) }
+
+func (g *GPU) endDirectNamed(name string) {
 	g.mu.Lock()
-	delete(g.act.direct, e.Name())
+	delete(g.act.direct, name)
+	g.pokeDirect()
 	g.mu.Unlock()
 }
 
@@ -162,7 +168,7 @@ func (u *use) end() {
 		return
 	}
 	u.ended = true
-	if !u.g.lock.ReleaseExclusive(u.owesFree || u.g.owed(u.c)) && u.warmAfter {
+	if !u.g.lock.ReleaseExclusive(u.owesFree || u.g.owed()) && u.warmAfter {
 		u.g.warm()
 	}
 }

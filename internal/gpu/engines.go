@@ -28,6 +28,10 @@ func (s engineState) String() string { return stateNames[s] }
 // its health at last contact and what it was last seen to hold. These are
 // facts about the engine, not about who has the GPU (that is activity's).
 type engineRun struct {
+	// eng is the engine's adapter in the newest config that has it: a
+	// debt is paid through it even after a reload renamed or dropped the
+	// engine.
+	eng   atomic.Pointer[engineRef]
 	up    reachability
 	ws    atomic.Bool // the image engine's event stream is connected
 	state atomic.Int32
@@ -40,6 +44,9 @@ type engineRun struct {
 	// GPU memory: its frees cannot be confirmed.
 	noGPUReading atomic.Bool
 }
+
+// engineRef boxes an Engine for an atomic.Pointer.
+type engineRef struct{ Engine }
 
 func (r *engineRun) set(s engineState)     { r.state.Store(int32(s)) }
 func (r *engineRun) get() engineState      { return engineState(r.state.Load()) }
@@ -76,21 +83,35 @@ func (g *GPU) runNamed(name string) *engineRun {
 	return r
 }
 
+// register records c's engines as the ones to reach them through.
+func (g *GPU) register(c *Config) {
+	for _, e := range c.LLMs {
+		g.run(e).eng.Store(&engineRef{e})
+	}
+	for _, e := range c.Images {
+		g.run(e).eng.Store(&engineRef{e})
+	}
+}
+
+// owedRuns returns the engines that are owed something (a free, a wake),
+// whether or not the current config still has them.
+func (g *GPU) owedRuns() []*engineRun {
+	m := g.runs.Load()
+	if m == nil {
+		return nil
+	}
+	var out []*engineRun
+	for _, r := range *m {
+		if r.owed.Load() && r.eng.Load() != nil {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // owed reports whether anything must be done before LLM use resumes: an
 // image engine to free, an LLM engine to wake.
-func (g *GPU) owed(c *Config) bool {
-	for _, e := range c.Images {
-		if g.run(e).owed.Load() {
-			return true
-		}
-	}
-	for _, e := range c.LLMs {
-		if g.run(e).owed.Load() {
-			return true
-		}
-	}
-	return false
-}
+func (g *GPU) owed() bool { return len(g.owedRuns()) > 0 }
 
 // resumeLLM marks the LLM engines that were emptied as serving again; it
 // runs when the GPU goes to LLM use.

@@ -91,6 +91,7 @@ type GPU struct {
 	mu      sync.Mutex // guards what follows, up to abnormal
 	started bool
 	watches map[string]*engineWatch // by image engine name
+	recheck chan struct{}           // closed to have the watches look again (recheckDirect)
 	act     activity                // what holds or waits for the GPU (activity.go)
 
 	// abnormal is when LLM use last ended abnormally (UnixNano; 0: not
@@ -183,6 +184,7 @@ func (g *GPU) Apply(c *Config, log *zap.Logger) {
 	if g.ctx.Err() != nil {
 		return // closed
 	}
+	g.register(c)
 	g.cfgp.Store(c)
 	g.logp.Store(log)
 	g.lock.SetOptions(lock.Options{MaxExclusiveStreak: c.MaxImageStreak})

@@ -83,7 +83,7 @@ func (g *GPU) prepareHold(ctx context.Context, u *use) error {
 	}
 	// The lock's debt is settled once nothing is owed; an LLM engine put
 	// to sleep is still owed its wake when the hold ends.
-	if !g.owed(u.c) {
+	if !g.owed() {
 		g.lock.Paid()
 	}
 	if err := ctx.Err(); err != nil {

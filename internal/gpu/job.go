@@ -39,14 +39,21 @@ var ErrNoEngine = errors.New("no such image engine")
 // BeginImage waits, until ctx ends, for the GPU alone for an image job on
 // the image engine named engine (the first one if "").
 func (g *GPU) BeginImage(ctx context.Context, engine string) (*ImageJob, error) {
-	e := g.cfg().imageEngine(engine)
-	if e == nil {
+	if g.cfg().imageEngine(engine) == nil {
 		return nil, fmt.Errorf("%w: %q", ErrNoEngine, engine)
 	}
 	if err := g.acquireExclusive(ctx, lock.ImageJob); err != nil {
 		return nil, err
 	}
-	j := &ImageJob{use: use{g: g, c: g.cfg()}, e: e, started: time.Now(), source: "proxy"}
+	// The engine as the config that is current now has it: a reload
+	// while the job waited made new adapters.
+	u := use{g: g, c: g.cfg()}
+	e := u.c.imageEngine(engine)
+	if e == nil {
+		u.end()
+		return nil, fmt.Errorf("%w: %q (dropped by a reload)", ErrNoEngine, engine)
+	}
+	j := &ImageJob{use: u, e: e, started: time.Now(), source: "proxy"}
 	g.setJob(&Job{Engine: e.Name(), Source: j.source, Phase: "unloading", Started: j.started})
 	return j, nil
 }

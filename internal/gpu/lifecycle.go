@@ -53,9 +53,10 @@ func (g *GPU) free() (done bool) {
 	if c == nil || g.ctx.Err() != nil {
 		return true // Caddy is stopping and nobody will use the GPU after
 	}
+	owed := g.owedRuns()
 	done = true
-	for _, e := range c.Images {
-		if g.run(e).owed.Load() && !g.freeImage(c, e) {
+	for _, r := range owed {
+		if e, ok := r.eng.Load().Engine.(ImageEngine); ok && !g.freeImage(c, e) {
 			done = false
 		}
 	}
@@ -64,9 +65,11 @@ func (g *GPU) free() (done bool) {
 			g.log().Warn("LLM requests go ahead without the memory min_free_vram asks for", zap.Error(err))
 		}
 	}
-	for _, e := range c.LLMs {
-		if w, ok := e.(Waker); ok && g.run(e).owed.Load() && !g.wake(c, e, w) {
+	for _, r := range owed {
+		e, _ := r.eng.Load().Engine.(LLMEngine)
+		if w, ok := e.(Waker); ok && !g.wake(c, e, w) {
 			done = false
+			g.spawn(func() { g.retryWake(c, e, w) })
 		}
 	}
 	return done
@@ -134,6 +137,37 @@ func (g *GPU) wake(c *Config, e LLMEngine, w Waker) bool {
 	g.history.addEvent("wake", took, e.Name())
 	g.log().Info(e.Name()+" woken", zap.Duration("duration", took))
 	return true
+}
+
+// retryWake wakes, with backoff, an LLM engine whose wake failed, while
+// LLM requests go to it (it queues them until awake). Each attempt holds a
+// shared place, so that it never wakes the engine beside an exclusive
+// holder; while one holds or waits for the GPU it waits, since that use
+// leaves the engine owed a wake again anyway.
+func (g *GPU) retryWake(c *Config, e LLMEngine, w Waker) {
+	run := g.run(e)
+	delay := c.BackoffInitial
+	for run.owed.Load() {
+		select {
+		case <-g.ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, c.BackoffMax)
+		if g.wakeShared(c, e, w) {
+			return
+		}
+	}
+}
+
+// wakeShared wakes e holding a shared place, if it can have one at once,
+// and reports whether the wake was done (or no longer owed).
+func (g *GPU) wakeShared(c *Config, e LLMEngine, w Waker) bool {
+	if !g.lock.TryAcquireShared() {
+		return false
+	}
+	defer g.lock.ReleaseShared()
+	return !g.run(e).owed.Load() || g.wake(c, e, w)
 }
 
 // reportNoGPUReading says once per engine, in the log and the status,

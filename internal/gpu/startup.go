@@ -3,6 +3,7 @@ package gpu
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -69,9 +70,11 @@ func (g *GPU) reconcileAtStart(u *use) {
 	}
 	wg.Wait()
 	cancel()
-	g.mu.Lock()
-	g.act.probing = false
-	g.mu.Unlock()
+	// Until the GPU is given back (after the start-up free), it is the
+	// probe's, unless work was found: then it is that work's.
+	if slices.Contains(busy, true) {
+		g.setProbing(false)
+	}
 	for i, e := range c.Images {
 		if busy[i] {
 			g.drainDirect(u, e)
@@ -79,6 +82,13 @@ func (g *GPU) reconcileAtStart(u *use) {
 	}
 	g.setJob(nil)
 	u.end()
+	g.setProbing(false)
+}
+
+func (g *GPU) setProbing(on bool) {
+	g.mu.Lock()
+	g.act.probing = on
+	g.mu.Unlock()
 }
 
 // probeImage asks e at start-up whether work is queued, and reports
@@ -135,8 +145,8 @@ func (g *GPU) probeLLM(c *Config, e LLMEngine) {
 			run.owed.Store(true)
 			run.set(stateAsleep)
 			g.log().Warn(e.Name() + " sleeps at start-up; it is woken before LLM use")
-			if len(c.Images) == 0 {
-				g.wake(c, e, w)
+			if len(c.Images) == 0 && !g.wakeShared(c, e, w) {
+				g.spawn(func() { g.retryWake(c, e, w) })
 			}
 		}
 	}
@@ -170,15 +180,41 @@ func (g *GPU) probeQueue(ctx context.Context, e ImageEngine) (running, pending i
 // GPU.
 func (g *GPU) watchForeignWork(ctx context.Context, e ImageEngine, w Watch) {
 	for {
-		changed := w.Changed()
-		if n, known := w.QueueRemaining(); known && n > 0 && g.takeDirect(e) {
-			g.spawn(func() { g.runDirect(e) })
+		changed, recheck := w.Changed(), g.recheckDirect()
+		if n, known := w.QueueRemaining(); known && n > 0 {
+			// Work runs on it, whoever takes care of it: it owes a free.
+			g.run(e).owed.Store(true)
+			if g.takeDirect(e) {
+				g.spawn(func() { g.runDirect(e.Name()) })
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-changed:
+		case <-recheck:
 		}
+	}
+}
+
+// recheckDirect returns a channel closed when the watches should look at
+// their engines' queues again: work seen while a job or direct work held
+// the engine is then taken care of, though no new event may come (A1111's
+// job_count stays at 1 for the rest of a UI job).
+func (g *GPU) recheckDirect() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.recheck == nil {
+		g.recheck = make(chan struct{})
+	}
+	return g.recheck
+}
+
+// pokeDirect closes the recheck channel; g.mu is held.
+func (g *GPU) pokeDirect() {
+	if g.recheck != nil {
+		close(g.recheck)
+		g.recheck = nil
 	}
 }
 
@@ -186,9 +222,14 @@ func (g *GPU) watchForeignWork(ctx context.Context, e ImageEngine, w Watch) {
 // until e's queue is empty. The queue is read again before and once the
 // GPU is held: the event that started this may be stale (a job of ours
 // that just ended), and then nothing is done.
-func (g *GPU) runDirect(e ImageEngine) {
-	defer g.endDirect(e)
+func (g *GPU) runDirect(name string) {
 	c := g.cfg()
+	e := c.imageEngine(name)
+	if e == nil {
+		g.endDirectNamed(name)
+		return // dropped by a reload
+	}
+	defer g.endDirect(e)
 	// Taking the GPU holds LLM requests back: only for work that is there.
 	if !g.queued(c, e) {
 		return
@@ -197,14 +238,16 @@ func (g *GPU) runDirect(e ImageEngine) {
 		return
 	}
 	u := &use{g: g, c: c}
-	defer u.end()
+	g.setJob(&Job{Engine: e.Name(), Source: e.Name(), Phase: "unloading", Started: time.Now()})
+	defer func() {
+		g.setJob(nil)
+		u.end()
+	}()
 	if !g.queued(c, e) {
 		return
 	}
 	g.log().Info(e.Name() + " has work that did not come through the turnstile; taking the GPU for it")
-	g.setJob(&Job{Engine: e.Name(), Source: e.Name(), Phase: "unloading", Started: time.Now()})
 	g.drainDirect(u, e)
-	g.setJob(nil)
 }
 
 // queued reads e's queue now: false only if it answered that nothing is

@@ -31,8 +31,8 @@ func (g *GPU) emptyForExclusive(c *Config, owner ImageEngine) error {
 	if err := g.emptyLLMs(c); err != nil {
 		return err
 	}
-	for _, e := range c.Images {
-		if e != owner && g.run(e).owed.Load() {
+	for _, r := range g.owedRuns() {
+		if e, ok := r.eng.Load().Engine.(ImageEngine); ok && (owner == nil || e.Name() != owner.Name()) {
 			g.freeImage(c, e)
 		}
 	}
