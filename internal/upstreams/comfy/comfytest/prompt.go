@@ -17,48 +17,88 @@ var knownNodes = map[string]bool{
 	"SaveImage": true, "PreviewImage": true,
 }
 
+// promptBody is the body of POST /prompt.
+type promptBody struct {
+	Prompt   json.RawMessage `json:"prompt"`
+	ClientID string          `json:"client_id"`
+	Extra    map[string]any  `json:"extra_data"`
+	PromptID string          `json:"prompt_id"`
+	Front    bool            `json:"front"`
+}
+
+// promptNode is one node of a prompt's graph.
+type promptNode struct {
+	ClassType string         `json:"class_type"`
+	Inputs    map[string]any `json:"inputs"`
+}
+
+// promptError is a prompt that fails validation; it is answered with
+// ComfyUI's 400 shape.
+type promptError struct {
+	typ, message, details string
+	nodeErrors            map[string]any
+}
+
+// invalidPrompt is a promptError that names no node.
+func invalidPrompt(typ, message, details string) *promptError {
+	return &promptError{typ: typ, message: message, details: details, nodeErrors: map[string]any{}}
+}
+
+func (e *promptError) write(w http.ResponseWriter) {
+	writeJSON(w, 400, map[string]any{
+		"error":       map[string]any{"type": e.typ, "message": e.message, "details": e.details, "extra_info": map[string]any{}},
+		"node_errors": e.nodeErrors,
+	})
+}
+
 func (s *Server) postPrompt(w http.ResponseWriter, r *http.Request) {
-	var body struct {
-		Prompt   json.RawMessage `json:"prompt"`
-		ClientID string          `json:"client_id"`
-		Extra    map[string]any  `json:"extra_data"`
-		PromptID string          `json:"prompt_id"`
-		Front    bool            `json:"front"`
-	}
+	var body promptBody
 	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
 		serverTrouble(w)
 		return
 	}
-	fail := func(typ, msg, details string, nodeErrors map[string]any) {
-		writeJSON(w, 400, map[string]any{
-			"error":       map[string]any{"type": typ, "message": msg, "details": details, "extra_info": map[string]any{}},
-			"node_errors": nodeErrors,
-		})
-	}
 	if len(body.Prompt) == 0 || string(body.Prompt) == "null" {
-		fail("no_prompt", "No prompt provided", "No prompt provided", map[string]any{})
+		invalidPrompt("no_prompt", "No prompt provided", "No prompt provided").write(w)
 		return
 	}
-	var nodes map[string]struct {
-		ClassType string         `json:"class_type"`
-		Inputs    map[string]any `json:"inputs"`
-	}
+	var nodes map[string]promptNode
 	if err := json.Unmarshal(body.Prompt, &nodes); err != nil {
 		serverTrouble(w) // a prompt given as a string, or not an object of nodes
 		return
 	}
+	ids := sortedIDs(nodes)
+	outputs, failing, perr := graphOutputs(nodes, ids)
+	if perr == nil {
+		perr = validateInputs(nodes, ids, outputs)
+	}
+	if perr != nil {
+		perr.write(w)
+		return
+	}
+	j := s.newJob(body, ids, outputs, failing)
+	n := s.enqueue(j)
+	s.prompts.Add(1)
+	writeJSON(w, 200, map[string]any{"prompt_id": j.id, "number": n, "node_errors": map[string]any{}})
+}
+
+// sortedIDs is the graph's node ids in the order the fake runs them.
+func sortedIDs(nodes map[string]promptNode) []string {
 	ids := make([]string, 0, len(nodes))
 	for id := range nodes {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
-	var outputs []string
-	failing := false
+	return ids
+}
+
+// graphOutputs checks that every node's class is known and that the graph
+// has an output, and returns its output nodes and whether it has a
+// failing one.
+func graphOutputs(nodes map[string]promptNode, ids []string) (outputs []string, failing bool, err *promptError) {
 	for _, id := range ids {
 		n := nodes[id]
 		if !knownNodes[n.ClassType] {
-			fail("invalid_prompt", "Cannot execute because node "+n.ClassType+" does not exist.", "Node ID '#"+id+"'", map[string]any{})
-			return
+			return nil, false, invalidPrompt("invalid_prompt", "Cannot execute because node "+n.ClassType+" does not exist.", "Node ID '#"+id+"'")
 		}
 		switch n.ClassType {
 		case "SaveImage", "PreviewImage":
@@ -68,21 +108,32 @@ func (s *Server) postPrompt(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(outputs) == 0 {
-		fail("prompt_no_outputs", "Prompt has no outputs", "", map[string]any{})
-		return
+		return nil, false, invalidPrompt("prompt_no_outputs", "Prompt has no outputs", "")
 	}
+	return outputs, failing, nil
+}
+
+// validateInputs checks the nodes' input values against their limits (the
+// fake knows one: ImageBlur's blur_radius is at most 31).
+func validateInputs(nodes map[string]promptNode, ids, outputs []string) *promptError {
 	for _, id := range ids {
 		n := nodes[id]
 		if radius, ok := n.Inputs["blur_radius"].(float64); ok && n.ClassType == "ImageBlur" && radius > 31 {
-			fail("prompt_outputs_failed_validation", "Prompt outputs failed validation", "", map[string]any{
-				id: map[string]any{"errors": []map[string]any{{"type": "value_bigger_than_max",
-					"message": "Value bigger than max", "details": fmt.Sprintf("blur_radius, %v bigger than max of 31", radius),
-					"extra_info": map[string]any{"input_name": "blur_radius"}}},
-					"dependent_outputs": outputs, "class_type": n.ClassType},
-			})
-			return
+			e := invalidPrompt("prompt_outputs_failed_validation", "Prompt outputs failed validation", "")
+			e.nodeErrors[id] = map[string]any{"errors": []map[string]any{{"type": "value_bigger_than_max",
+				"message": "Value bigger than max", "details": fmt.Sprintf("blur_radius, %v bigger than max of 31", radius),
+				"extra_info": map[string]any{"input_name": "blur_radius"}}},
+				"dependent_outputs": outputs, "class_type": n.ClassType}
+			return e
 		}
 	}
+	return nil
+}
+
+// newJob is the job for a validated prompt: it keeps the prompt id the
+// client chose, if any, and runs for extra_data's fake_duration_ms, if
+// given.
+func (s *Server) newJob(body promptBody, ids, outputs []string, failing bool) *job {
 	id := body.PromptID
 	if id == "" {
 		id = newID()
@@ -91,11 +142,8 @@ func (s *Server) postPrompt(w http.ResponseWriter, r *http.Request) {
 	if ms, ok := body.Extra["fake_duration_ms"].(float64); ok {
 		d = time.Duration(ms * float64(time.Millisecond))
 	}
-	j := &job{id: id, prompt: body.Prompt, nodes: ids, outputs: outputs, extra: body.Extra, clientID: body.ClientID,
+	return &job{id: id, prompt: body.Prompt, nodes: ids, outputs: outputs, extra: body.Extra, clientID: body.ClientID,
 		duration: d, fail: failing, stop: make(chan struct{}), killed: make(chan struct{})}
-	n := s.enqueue(j)
-	s.prompts.Add(1)
-	writeJSON(w, 200, map[string]any{"prompt_id": id, "number": n, "node_errors": map[string]any{}})
 }
 
 // serverTrouble is aiohttp's answer to an exception in a handler.

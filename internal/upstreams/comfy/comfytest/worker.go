@@ -47,81 +47,84 @@ func (s *Server) worker() {
 // order. Its history entry and its leaving the queue come HistoryLag after
 // the final message, together.
 func (s *Server) run(j *job, epoch int) {
-	s.mu.Lock()
-	if s.release == nil {
-		s.release = s.gpu.Occupy("comfy", "load models for "+j.id)
-		s.reserved = s.opts.ModelBytes
-	}
-	key := string(j.prompt)
-	cached := s.cache[key]
-	s.mu.Unlock()
+	cached := s.loadModels(j)
 	// The job can be interrupted from its start on; an interrupt that
 	// came before it was dropped, as ComfyUI clears the flag when a job
 	// starts executing.
 	s.interrupt.Store(j)
 	s.gpu.Mark("comfy", "job "+j.id+" start")
-	start := time.Now().UnixMilli()
-	msgs := [][]any{{"execution_start", map[string]any{"prompt_id": j.id, "timestamp": start}}}
-	s.sendTo(j.clientID, "execution_start", msgs[0][1])
-	cachedNodes := []string{}
-	duration := j.duration
-	if cached {
-		cachedNodes, duration = j.nodes, time.Millisecond
-	}
-	msgs = append(msgs, []any{"execution_cached", map[string]any{"nodes": cachedNodes, "prompt_id": j.id, "timestamp": start}})
-	s.sendTo(j.clientID, "execution_cached", msgs[1][1])
+	msgs, duration := s.sendStart(j, cached)
 	outcome := s.runNodes(j, cached, duration)
 	if outcome == "" {
 		return // the server is closing
 	}
 	s.interrupt.CompareAndSwap(j, nil)
-	end := time.Now().UnixMilli()
-	final := map[string]any{"prompt_id": j.id, "timestamp": end}
-	switch outcome {
-	case "execution_error":
-		final = map[string]any{"prompt_id": j.id, "node_id": j.nodes[0], "node_type": "Fail", "exception_message": "simulated failure",
-			"exception_type": "RuntimeError", "traceback": []string{}, "executed": []string{}, "timestamp": end}
-	case "execution_interrupted":
-		final = map[string]any{"prompt_id": j.id, "node_id": j.nodes[0], "node_type": "KSampler", "executed": []string{}, "timestamp": end}
-	}
+	final := finalMessage(j, outcome, time.Now().UnixMilli())
 	msgs = append(msgs, []any{outcome, final})
 	s.gpu.Mark("comfy", "job "+j.id+" end "+outcome)
-	if outcome == "execution_interrupted" && j.clientID == "" {
-		s.sendAll(outcome, final)
-	} else {
-		s.sendTo(j.clientID, outcome, final)
-	}
+	s.sendFinal(j, outcome, final)
 	select {
 	case <-time.After(s.opts.HistoryLag):
 	case <-s.stop:
 		return
 	}
-	s.mu.Lock()
-	if s.epoch != epoch {
-		s.mu.Unlock() // the process "died" during the job
-		return
+	if !s.recordHistory(j, epoch, outcome, msgs) {
+		return // the process "died" during the job
 	}
-	statusStr := "success"
-	if outcome != "execution_success" {
-		statusStr = "error"
-	} else {
-		s.cache[key] = true
-	}
-	images := map[string]any{}
-	for _, o := range j.outputs {
-		images[o] = map[string]any{"images": []map[string]string{{"filename": "ComfyUI_00001_.png", "subfolder": "", "type": "output"}}}
-	}
-	s.history[j.id] = map[string]any{
-		"prompt":  []any{j.number, j.id, j.prompt, map[string]any{"client_id": j.clientID}, j.outputs},
-		"outputs": images,
-		"status":  map[string]any{"status_str": statusStr, "completed": outcome == "execution_success", "messages": msgs},
-		"meta":    map[string]any{},
-	}
-	s.running = nil
-	s.mu.Unlock()
 	s.gpu.Mark("comfy", "history "+j.id)
 	s.broadcastStatus()
 	s.sendTo(j.clientID, "executing", map[string]any{"node": nil, "prompt_id": j.id})
+}
+
+// loadModels puts the job's models on the GPU unless they are there
+// already, and reports whether ComfyUI has the job's outputs cached.
+func (s *Server) loadModels(j *job) (cached bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.release == nil {
+		s.release = s.gpu.Occupy("comfy", "load models for "+j.id)
+		s.reserved = s.opts.ModelBytes
+	}
+	return s.cache[string(j.prompt)]
+}
+
+// sendStart sends execution_start and execution_cached, and returns them
+// for the history with how long the job's nodes run: a cached job runs
+// none of them and is done at once.
+func (s *Server) sendStart(j *job, cached bool) (msgs [][]any, duration time.Duration) {
+	start := time.Now().UnixMilli()
+	msgs = [][]any{{"execution_start", map[string]any{"prompt_id": j.id, "timestamp": start}}}
+	s.sendTo(j.clientID, "execution_start", msgs[0][1])
+	cachedNodes := []string{}
+	duration = j.duration
+	if cached {
+		cachedNodes, duration = j.nodes, time.Millisecond
+	}
+	msgs = append(msgs, []any{"execution_cached", map[string]any{"nodes": cachedNodes, "prompt_id": j.id, "timestamp": start}})
+	s.sendTo(j.clientID, "execution_cached", msgs[1][1])
+	return msgs, duration
+}
+
+// finalMessage is the data of the job's last execution message, outcome.
+func finalMessage(j *job, outcome string, end int64) map[string]any {
+	switch outcome {
+	case "execution_error":
+		return map[string]any{"prompt_id": j.id, "node_id": j.nodes[0], "node_type": "Fail", "exception_message": "simulated failure",
+			"exception_type": "RuntimeError", "traceback": []string{}, "executed": []string{}, "timestamp": end}
+	case "execution_interrupted":
+		return map[string]any{"prompt_id": j.id, "node_id": j.nodes[0], "node_type": "KSampler", "executed": []string{}, "timestamp": end}
+	}
+	return map[string]any{"prompt_id": j.id, "timestamp": end}
+}
+
+// sendFinal sends the job's last execution message to its client; an
+// interrupt of a job posted without a client id goes to every socket.
+func (s *Server) sendFinal(j *job, outcome string, final map[string]any) {
+	if outcome == "execution_interrupted" && j.clientID == "" {
+		s.sendAll(outcome, final)
+	} else {
+		s.sendTo(j.clientID, outcome, final)
+	}
 }
 
 // runNodes runs the job's nodes for duration in all, sending executing and
@@ -136,23 +139,13 @@ func (s *Server) runNodes(j *job, cached bool, duration time.Duration) string {
 	stop := j.stop
 	for i := 0; ; {
 		if !cached && i < len(j.nodes) {
-			node := j.nodes[i]
-			s.sendTo(j.clientID, "executing", map[string]any{"node": node, "display_node": node, "prompt_id": j.id})
-			progress := map[string]any{"prompt_id": j.id, "nodes": map[string]any{node: map[string]any{"state": "running", "node_id": node}}}
-			if j.clientID == "" {
-				s.sendAll("progress_state", progress)
-			} else {
-				s.sendTo(j.clientID, "progress_state", progress)
-			}
+			s.sendExecuting(j, j.nodes[i])
 		}
 		next := time.NewTimer(perNode)
 		select {
 		case <-done.C:
 			next.Stop()
-			for _, o := range j.outputs {
-				s.sendTo(j.clientID, "executed", map[string]any{"node": o, "display_node": o, "prompt_id": j.id,
-					"output": map[string]any{"images": []map[string]string{{"filename": "ComfyUI_temp_00001_.png", "type": "temp"}}}})
-			}
+			s.sendExecuted(j)
 			if j.fail {
 				return "execution_error"
 			}
@@ -175,6 +168,28 @@ func (s *Server) runNodes(j *job, cached bool, duration time.Duration) string {
 			next.Stop()
 			return ""
 		}
+	}
+}
+
+// sendExecuting announces that node starts running: executing to the
+// job's client, and progress_state to it or, for a job posted without a
+// client id, to every socket.
+func (s *Server) sendExecuting(j *job, node string) {
+	s.sendTo(j.clientID, "executing", map[string]any{"node": node, "display_node": node, "prompt_id": j.id})
+	progress := map[string]any{"prompt_id": j.id, "nodes": map[string]any{node: map[string]any{"state": "running", "node_id": node}}}
+	if j.clientID == "" {
+		s.sendAll("progress_state", progress)
+	} else {
+		s.sendTo(j.clientID, "progress_state", progress)
+	}
+}
+
+// sendExecuted sends executed, with its preview image, for each of the
+// job's output nodes.
+func (s *Server) sendExecuted(j *job) {
+	for _, o := range j.outputs {
+		s.sendTo(j.clientID, "executed", map[string]any{"node": o, "display_node": o, "prompt_id": j.id,
+			"output": map[string]any{"images": []map[string]string{{"filename": "ComfyUI_temp_00001_.png", "type": "temp"}}}})
 	}
 }
 

@@ -57,8 +57,22 @@ func (s *Server) ws(w http.ResponseWriter, r *http.Request) {
 	if id == "" {
 		id = newID()
 	}
+	sock := s.addSocket(id)
+	first, _ := json.Marshal(map[string]any{"type": "status", "data": map[string]any{
+		"status": map[string]any{"exec_info": map[string]any{"queue_remaining": s.queueRemaining()}}, "sid": id}})
+	ctx := conn.CloseRead(r.Context())
+	if conn.Write(ctx, websocket.MessageText, first) != nil {
+		s.removeSocket(sock)
+		return
+	}
+	s.forward(ctx, conn, sock)
+}
+
+// addSocket registers a socket for a client id.
+func (s *Server) addSocket(id string) *socket {
 	sock := &socket{id: id, out: make(chan []byte, 64)}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	// A new socket with the same id takes its messages; the old one stays
 	// open and is sent nothing more, as in ComfyUI.
 	for old := range s.sockets {
@@ -67,14 +81,13 @@ func (s *Server) ws(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.sockets[sock] = true
-	s.mu.Unlock()
-	first, _ := json.Marshal(map[string]any{"type": "status", "data": map[string]any{
-		"status": map[string]any{"exec_info": map[string]any{"queue_remaining": s.queueRemaining()}}, "sid": id}})
-	ctx := conn.CloseRead(r.Context())
-	if conn.Write(ctx, websocket.MessageText, first) != nil {
-		s.removeSocket(sock)
-		return
-	}
+	return sock
+}
+
+// forward writes the socket's messages to its connection until the
+// socket is closed (the connection is then closed as going away) or the
+// connection fails or ends.
+func (s *Server) forward(ctx context.Context, conn *websocket.Conn, sock *socket) {
 	for {
 		select {
 		case msg, ok := <-sock.out:
