@@ -39,17 +39,21 @@ func (s *Server) openAI(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, map[string]any{"object": "list", "model": req.Model,
 			"data":  []map[string]any{{"object": "embedding", "index": 0, "embedding": []float64{0.1, 0.2, 0.3}}},
 			"usage": map[string]int{"prompt_tokens": 1, "total_tokens": 1}})
-		return
 	case "/v1/chat/completions":
+		s.chatCompletion(w, r, req.Model, req.Stream, created)
 	default:
 		s.generateTokens(r, nil)
 		writeJSON(w, 200, map[string]any{"id": "cmpl-1", "object": "text_completion", "created": created, "model": req.Model,
 			"choices": []map[string]any{{"index": 0, "text": "tok", "finish_reason": "stop"}}})
-		return
 	}
-	if !req.Stream {
+}
+
+// chatCompletion answers /v1/chat/completions, whole or as a stream of
+// server-sent events.
+func (s *Server) chatCompletion(w http.ResponseWriter, r *http.Request, model string, stream bool, created int64) {
+	if !stream {
 		s.generateTokens(r, nil)
-		writeJSON(w, 200, map[string]any{"id": "chatcmpl-1", "object": "chat.completion", "created": created, "model": req.Model,
+		writeJSON(w, 200, map[string]any{"id": "chatcmpl-1", "object": "chat.completion", "created": created, "model": model,
 			"choices": []map[string]any{{"index": 0, "message": map[string]string{"role": "assistant", "content": strings.Repeat("tok ", s.opts.Tokens)}, "finish_reason": "stop"}},
 			"usage":   map[string]int{"prompt_tokens": 1, "completion_tokens": s.opts.Tokens, "total_tokens": s.opts.Tokens + 1}})
 		return
@@ -58,7 +62,7 @@ func (s *Server) openAI(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(200)
 	bw := bufio.NewWriter(w)
 	event := func(delta map[string]string, finish any) {
-		b, _ := json.Marshal(map[string]any{"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": created, "model": req.Model,
+		b, _ := json.Marshal(map[string]any{"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": created, "model": model,
 			"choices": []map[string]any{{"index": 0, "delta": delta, "finish_reason": finish}}})
 		fmt.Fprintf(bw, "data: %s\n\n", b)
 		bw.Flush()
