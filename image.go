@@ -29,13 +29,7 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 	c := ts.cfg()
 	e := h.imageEngine(c, r)
 	if e == nil {
-		// No engine of this kind. A1111's routes may be served by an
-		// LLM engine (llama-swap runs stable-diffusion.cpp behind them):
-		// then they are LLM work. ComfyUI's pass through.
-		if h.class == classAuto && imageKind(cleanPath(r)) == "a1111" && len(c.gpu.LLMs) > 0 {
-			return h.serveLLM(w, r, next)
-		}
-		return next.ServeHTTP(w, r)
+		return h.serveWithoutEngine(w, r, next, c)
 	}
 	ticket, err := ts.admitWait(r, c, imageBodyLimit)
 	if err != nil {
@@ -88,6 +82,17 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 	}
 	job.Submitted(id)
 	return nil
+}
+
+// serveWithoutEngine serves an image route of a kind the turnstile has no
+// engine of. A1111's routes may be served by an LLM engine (llama-swap
+// runs stable-diffusion.cpp behind them): then they are LLM work.
+// ComfyUI's pass through.
+func (h *Handler) serveWithoutEngine(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, c *config) error {
+	if h.class == classAuto && imageKind(cleanPath(r)) == "a1111" && len(c.gpu.LLMs) > 0 {
+		return h.serveLLM(w, r, next)
+	}
+	return next.ServeHTTP(w, r)
 }
 
 // serveSyncJob forwards a job whose answer comes at its end (A1111),
