@@ -277,3 +277,20 @@ func TestEngineMixUnderMixedLoad(t *testing.T) {
 	wg.Wait()
 	m.waitIdle()
 }
+
+// On a turnstile without an A1111 engine, A1111's routes are served by
+// llama-swap (stable-diffusion.cpp behind it), which loads a model for
+// them: they are LLM work, held back while an image job runs.
+func TestA1111RoutesOnLlamaSwapAreLLMWork(t *testing.T) {
+	m := newMix(t, mixOptions{engines: []string{"llamaswap", "comfyui"}, comfy: comfyOpts(300 * time.Millisecond)})
+	ctx := context.Background()
+	promptID(t, m.post(ctx, m.sites["comfyui"]+"/prompt", promptBody(300)))
+	m.waitStatus("the job holds the GPU", func(st Status) bool { return st.State == "image" })
+	sd := m.postAsync(ctx, m.sites["llamaswap"]+"/sdapi/v1/txt2img", `{"model":"qwen3-8b","prompt":"a lighthouse"}`)
+	m.waitStatus("the request waits", func(st Status) bool { return st.LLMWaiting == 1 })
+	<-sd
+	ev := m.gpu.Events()
+	if end, req := gputest.Index(ev, 0, "comfy", " end "), gputest.Index(ev, 0, "llamaswap", "request /sdapi/v1/txt2img"); req < end {
+		t.Fatalf("the txt2img reached llama-swap during the job:\n%s", gputest.Dump(ev))
+	}
+}
