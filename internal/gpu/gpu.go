@@ -63,7 +63,7 @@ type Metrics interface {
 	// JobEnded reports an image job that held the GPU, by outcome.
 	JobEnded(outcome string, d time.Duration)
 	// HoldEvent counts a hold's event: granted, released, expired,
-	// cancelled, failed, shutdown.
+	// cancelled, busy (refused without waiting), failed, shutdown.
 	HoldEvent(event string)
 }
 

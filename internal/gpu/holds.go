@@ -56,6 +56,31 @@ func (g *GPU) TakeHold(ctx context.Context, owner string, ttl time.Duration) (*H
 		g.metrics.HoldEvent("cancelled")
 		return nil, err
 	}
+	return g.grantHold(ctx, owner, ttl, start)
+}
+
+// ErrHoldBusy is returned by TryHold when the GPU cannot be held at once.
+var ErrHoldBusy = errors.New("the GPU cannot be held at once")
+
+// TryHold takes a hold only if the GPU can be had without waiting: no LLM
+// request in flight, no image job or hold, no free running and nobody
+// queued. Otherwise it returns ErrHoldBusy and leaves the queue as it was.
+// Once the lock is taken it empties the engines like TakeHold; ctx bounds
+// that part.
+func (g *GPU) TryHold(ctx context.Context, owner string, ttl time.Duration) (*Hold, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if !g.lock.TryAcquireExclusive(lock.ExternalHold) {
+		g.metrics.HoldEvent("busy")
+		return nil, ErrHoldBusy
+	}
+	return g.grantHold(ctx, owner, ttl, time.Now())
+}
+
+// grantHold empties the GPU, which the caller holds exclusively, for a
+// new hold and returns it.
+func (g *GPU) grantHold(ctx context.Context, owner string, ttl time.Duration, start time.Time) (*Hold, error) {
 	u := &use{g: g, c: g.cfg()}
 	if err := g.prepareHold(ctx, u); err != nil {
 		u.end()
