@@ -3,11 +3,92 @@ package turnstile
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 )
+
+func init() {
+	caddy.RegisterModule(HoldsHandler{})
+}
+
+// HoldsHandler serves one turnstile's hold routes on a site, relative to
+// where it is mounted (with handle_path, so that the prefix is stripped):
+//
+//	GET    /holds             this turnstile's holds
+//	POST   /holds             {"owner","ttl","wait"} -> 201 once held
+//	POST   /holds/{id}/renew  [{"ttl"}]
+//	DELETE /holds/{id}
+//
+// They are the admin endpoint's hold routes (see Admin) for a launcher
+// that cannot reach the admin endpoint: put basic_auth or forward_auth in
+// front of it. A body's "turnstile", if given, must name this handler's.
+// Errors are JSON: {"error":"..."}.
+type HoldsHandler struct {
+	// The turnstile whose holds these are. Default "default".
+	Turnstile string `json:"turnstile,omitempty"`
+
+	ts *turnstile
+}
+
+// CaddyModule returns the Caddy module information.
+func (HoldsHandler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.gpu_turnstile_holds",
+		New: func() caddy.Module { return new(HoldsHandler) },
+	}
+}
+
+// Provision finds the turnstile.
+func (h *HoldsHandler) Provision(ctx caddy.Context) error {
+	ts, err := lookupTurnstile(ctx, h.Turnstile)
+	if err != nil {
+		return err
+	}
+	h.ts = ts
+	return nil
+}
+
+// Validate checks the turnstile's name.
+func (h *HoldsHandler) Validate() error {
+	if h.Turnstile != "" && !nameRE.MatchString(h.Turnstile) {
+		return fmt.Errorf("gpu_turnstile_holds: invalid turnstile name %q", h.Turnstile)
+	}
+	return nil
+}
+
+// ServeHTTP implements caddyhttp.MiddlewareHandler. It answers every
+// request itself.
+func (h *HoldsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	err := apiError(http.StatusNotFound, "no such route: %s (the hold routes are /holds...)", r.URL.Path)
+	if parts[0] == "holds" {
+		err = holdRoutes{ts: h.ts}.serve(w, r, parts[1:])
+	}
+	var apiErr caddy.APIError
+	if errors.As(err, &apiErr) {
+		// The admin endpoint's error shape.
+		return writeJSON(w, apiErr.HTTPStatus, map[string]string{"error": apiErr.Err.Error()})
+	}
+	return err
+}
+
+// UnmarshalCaddyfile implements caddyfile.Unmarshaler:
+//
+//	gpu_turnstile_holds [NAME] {
+//		turnstile NAME
+//	}
+func (h *HoldsHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	return unmarshalTurnstileOnly(d, &h.Turnstile)
+}
+
+func (h *HoldsHandler) turnstileName() string { return h.Turnstile }
 
 // holdRoutes serve the hold routes, below the path where they are mounted:
 //
@@ -174,3 +255,11 @@ func blockedBy(st Status) holdBlocker {
 	return holdBlocker{State: st.State, Job: st.Job, Holds: holds, LLMInflight: st.LLMInflight,
 		ImageWaiting: st.ImageWaiting, HoldWaiting: st.HoldWaiting, Freeing: st.Freeing}
 }
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*HoldsHandler)(nil)
+	_ caddy.Validator             = (*HoldsHandler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*HoldsHandler)(nil)
+	_ caddyfile.Unmarshaler       = (*HoldsHandler)(nil)
+)
