@@ -4,8 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
 )
 
 // launcherHash is bcrypt (cost 4, quick to check) of "launch-secret".
@@ -111,5 +116,90 @@ func TestHoldsHandlerBadInput(t *testing.T) {
 	var out struct{ ID string }
 	json.Unmarshal([]byte(r.body), &out)
 	h.releaseHold(t, out.ID)
+	h.waitIdle()
+}
+
+// A hold survives a restart of Caddy: it is kept in Caddy's storage, taken
+// again at start-up with the same id before any LLM request gets through,
+// and its remaining ttl still ends it.
+func TestHoldSurvivesRestart(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	dir := t.TempDir()
+	cf := strings.Replace(h.caddyfile(harnessOptions{}), "\tpersist_config off\n",
+		"\tpersist_config off\n\tstorage file_system {\n\t\troot "+dir+"\n\t}\n", 1)
+	h.load(cf)
+	h.waitIdle()
+	id := h.takeHold(t, "trainer", "4s")
+	before := h.ts().FindHold(id).Status()
+	files, _ := filepath.Glob(filepath.Join(dir, "gpu_turnstile", "holds", "default", "*.json"))
+	if len(files) != 1 || filepath.Base(files[0]) != id+".json" {
+		t.Fatalf("saved holds %v, want %s.json", files, id)
+	}
+
+	if err := caddy.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if runtimeOf(defaultName) != nil {
+		t.Fatal("the turnstile outlived Caddy")
+	}
+	h.load(cf)
+	st := h.ts().status()
+	if st.State != "hold" || len(st.Holds) != 1 || st.Holds[0].ID != id || st.Holds[0].Owner != "trainer" ||
+		!st.Holds[0].ExpiresAt.Equal(before.ExpiresAt) {
+		t.Fatalf("after the restart: state %s, holds %+v; want hold %s until %v", st.State, st.Holds, id, before.ExpiresAt)
+	}
+	start := time.Now()
+	chat := h.postAsync(context.Background(), h.llm+"/api/chat", chatBody("llama3.2", false))
+	h.waitStatus("LLM waiting for the restored hold", func(st Status) bool { return st.LLMWaiting == 1 })
+	if r := h.do("GET", h.admin+"/gpu_turnstile/holds", ""); !strings.Contains(r.body, id) {
+		t.Fatalf("admin list after the restart: %s", r.body)
+	}
+	r := <-chat
+	if r.status != 200 {
+		t.Fatalf("LLM after the restored hold: %d %s", r.status, r.body)
+	}
+	if time.Now().Before(before.ExpiresAt) {
+		t.Fatalf("the LLM request got through %v before the restored hold's lease ended", time.Until(before.ExpiresAt))
+	}
+	t.Logf("LLM request waited %v for the restored hold", time.Since(start))
+	h.waitIdle()
+	if got := counterValue(t, holdEvents.WithLabelValues("default", "expired")); got < 1 {
+		t.Fatal("the restored hold's expiry was not counted")
+	}
+	files, _ = filepath.Glob(filepath.Join(dir, "gpu_turnstile", "holds", "default", "*.json"))
+	if len(files) != 0 {
+		t.Fatalf("an expired hold is still saved: %v", files)
+	}
+}
+
+// A released hold is not taken again at the next start.
+func TestReleasedHoldIsNotRestored(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	dir := t.TempDir()
+	cf := strings.Replace(h.caddyfile(harnessOptions{}), "\tpersist_config off\n",
+		"\tpersist_config off\n\tstorage file_system {\n\t\troot "+dir+"\n\t}\n", 1)
+	h.load(cf)
+	h.waitIdle()
+	id := h.takeHold(t, "game", "1m")
+	if r := h.do("POST", h.admin+"/gpu_turnstile/holds/"+id+"/renew", `{"ttl":"2m"}`); r.status != 200 {
+		t.Fatalf("renew: %d %s", r.status, r.body)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "gpu_turnstile", "holds", "default", id+".json"))
+	var rec savedHold
+	json.Unmarshal(data, &rec)
+	// ttl stays the lease a renewal without one gets; the renewal moved
+	// the end.
+	if err != nil || rec.ID != id || rec.Owner != "game" || rec.TTL != "1m0s" || time.Until(rec.ExpiresAt) < 90*time.Second {
+		t.Fatalf("saved record after the renewal: %s %v", data, err)
+	}
+	h.releaseHold(t, id)
+	h.waitIdle()
+	if err := caddy.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	h.load(cf)
+	if st := h.ts().status(); len(st.Holds) != 0 {
+		t.Fatalf("a released hold came back: %+v", st.Holds)
+	}
 	h.waitIdle()
 }
