@@ -3,7 +3,6 @@ package turnstile
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,8 +11,6 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 )
 
 func init() {
@@ -26,9 +23,12 @@ func init() {
 //	GET    /gpu_turnstile/status            every turnstile's status
 //	GET    /gpu_turnstile/history[?turnstile=NAME]
 //	GET    /gpu_turnstile/holds             active holds
-//	POST   /gpu_turnstile/holds             {"turnstile","owner","ttl"} -> 201 once held
+//	POST   /gpu_turnstile/holds             {"turnstile","owner","ttl","wait"} -> 201 once held
 //	POST   /gpu_turnstile/holds/{id}/renew  [{"ttl"}]
 //	DELETE /gpu_turnstile/holds/{id}
+//
+// The hold routes are those of the gpu_turnstile_holds handler (holds.go),
+// for every turnstile.
 type Admin struct{}
 
 // maxHoldTTL bounds one hold's lease; a holder renews to keep it longer.
@@ -36,16 +36,6 @@ const maxHoldTTL = 24 * time.Hour
 
 // defaultHoldTTL applies when a hold request names no ttl.
 const defaultHoldTTL = 5 * time.Minute
-
-// findHold returns the hold with this id in any turnstile.
-func findHold(id string) *gpu.Hold {
-	var found *gpu.Hold
-	turnstiles.Range(func(_, v any) bool {
-		found = v.(*turnstile).FindHold(id)
-		return found == nil
-	})
-	return found
-}
 
 // CaddyModule returns the Caddy module information.
 func (Admin) CaddyModule() caddy.ModuleInfo {
@@ -78,85 +68,10 @@ func (a Admin) serve(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		return writeJSON(w, http.StatusOK, ts.History(time.Time{}))
-	case rest == "holds":
-		switch r.Method {
-		case http.MethodGet:
-			return writeJSON(w, http.StatusOK, allHolds())
-		case http.MethodPost:
-			return a.createHold(w, r)
-		}
-		return allow(r, http.MethodGet, http.MethodPost)
-	case len(parts) == 2 && parts[0] == "holds":
-		if err := allow(r, http.MethodDelete); err != nil {
-			return err
-		}
-		h := findHold(parts[1])
-		if h == nil || !h.End("released") {
-			return apiError(http.StatusNotFound, "no hold %q (it may have expired)", parts[1])
-		}
-		return writeJSON(w, http.StatusOK, map[string]any{"id": h.ID, "released": true})
-	case len(parts) == 3 && parts[0] == "holds" && parts[2] == "renew":
-		if err := allow(r, http.MethodPost); err != nil {
-			return err
-		}
-		var req struct {
-			TTL json.RawMessage `json:"ttl"`
-		}
-		if err := decodeBody(r, &req, true); err != nil {
-			return err
-		}
-		h := findHold(parts[1])
-		if h == nil {
-			return apiError(http.StatusNotFound, "no hold %q (it may have expired)", parts[1])
-		}
-		ttl, err := parseTTL(req.TTL, h.TTL)
-		if err != nil {
-			return err
-		}
-		if !h.Renew(ttl) {
-			return apiError(http.StatusNotFound, "hold %q has ended", parts[1])
-		}
-		return writeJSON(w, http.StatusOK, h.Status())
+	case parts[0] == "holds":
+		return holdRoutes{}.serve(w, r, parts[1:])
 	}
 	return apiError(http.StatusNotFound, "no such route: %s", r.URL.Path)
-}
-
-func (a Admin) createHold(w http.ResponseWriter, r *http.Request) error {
-	var req struct {
-		Turnstile string          `json:"turnstile"`
-		Owner     string          `json:"owner"`
-		TTL       json.RawMessage `json:"ttl"`
-	}
-	// The body is read to its end before waiting: only then does the
-	// server notice a client that goes away (and cancel the wait).
-	if err := decodeBody(r, &req, false); err != nil {
-		return err
-	}
-	ts, err := adminTurnstile(req.Turnstile)
-	if err != nil {
-		return err
-	}
-	ttl, err := parseTTL(req.TTL, defaultHoldTTL)
-	if err != nil {
-		return err
-	}
-	owner := strings.TrimSpace(req.Owner)
-	if owner == "" {
-		owner = "unnamed"
-	}
-	if len(owner) > 200 {
-		return apiError(http.StatusBadRequest, "owner: longer than 200 bytes")
-	}
-	h, err := ts.TakeHold(r.Context(), owner, ttl)
-	switch {
-	case err == nil:
-		return writeJSON(w, http.StatusCreated, h.Status())
-	case r.Context().Err() != nil:
-		return nil // the client went away; nothing is held
-	case errors.Is(err, gpu.ErrHoldPrepare):
-		return apiError(http.StatusServiceUnavailable, "%v", err)
-	}
-	return err
 }
 
 func allStatus() map[string]any {
@@ -181,15 +96,6 @@ func allStatus() map[string]any {
 		out["state"], out["llm_inflight"], out["image_pending"] = top.State, top.LLMInflight, top.ImagePending
 	}
 	return out
-}
-
-func allHolds() map[string]any {
-	holds := []gpu.HoldStatus{}
-	turnstiles.Range(func(_, v any) bool {
-		holds = append(holds, v.(*turnstile).status().Holds...)
-		return true
-	})
-	return map[string]any{"holds": holds}
 }
 
 func adminTurnstile(name string) (*turnstile, error) {

@@ -231,3 +231,66 @@ func TestRetryAfterAuto(t *testing.T) {
 		t.Fatalf("Retry-After %q during a 95s hold, want about 95", r.header.Get("Retry-After"))
 	}
 }
+
+func TestHoldWithoutWaiting(t *testing.T) {
+	h := newHarness(t, harnessOptions{comfy: comfyOpts(time.Hour)})
+	h.waitIdle()
+	body := `{"owner":"game","ttl":"1m","wait":false}`
+	blocked := func(what, state string) map[string]any {
+		t.Helper()
+		r := h.do("POST", h.admin+"/gpu_turnstile/holds", body)
+		var out struct {
+			Error     string         `json:"error"`
+			BlockedBy map[string]any `json:"blocked_by"`
+		}
+		json.Unmarshal([]byte(r.body), &out)
+		if r.status != 409 || out.Error == "" || out.BlockedBy["state"] != state {
+			t.Fatalf("wait:false %s: %d %s, want 409 blocked by %s", what, r.status, r.body, state)
+		}
+		if _, ok := out.BlockedBy["job"]; !ok {
+			t.Fatalf("blocked_by lacks job: %s", r.body)
+		}
+		if _, ok := out.BlockedBy["holds"].([]any); !ok {
+			t.Fatalf("blocked_by lacks a holds list: %s", r.body)
+		}
+		if st := h.ts().status(); st.HoldWaiting != 0 {
+			t.Fatalf("the refused request queued: %+v", st)
+		}
+		return out.BlockedBy
+	}
+
+	// An LLM request in flight: no waiting for it to drain.
+	resume := h.ollama.HoldChats()
+	finish := h.streamStart(context.Background(), "/api/chat", chatBody("llama3.2", true))
+	if b := blocked("during LLM use", "llm"); b["job"] != nil || b["llm_inflight"] != float64(1) {
+		t.Fatalf("blocked_by %v", b)
+	}
+	resume()
+	finish()
+	h.waitIdle()
+
+	// An image job.
+	img := h.postAsync(context.Background(), h.image+"/prompt", promptBody(3_600_000))
+	promptID(t, <-img)
+	if b := blocked("during an image job", "image"); b["job"] == nil {
+		t.Fatalf("blocked_by names no job: %v", b)
+	}
+	h.interruptRunning(h.comfy.URL)
+	h.waitIdle()
+
+	// Idle: granted at once.
+	r := h.do("POST", h.admin+"/gpu_turnstile/holds", body)
+	if r.status != 201 {
+		t.Fatalf("wait:false when idle: %d %s", r.status, r.body)
+	}
+	var got struct{ ID string }
+	json.Unmarshal([]byte(r.body), &got)
+	if b := blocked("during a hold", "hold"); len(b["holds"].([]any)) != 1 {
+		t.Fatalf("blocked_by %v, want the hold", b)
+	}
+	h.releaseHold(t, got.ID)
+	h.waitIdle()
+	if got := counterValue(t, holdEvents.WithLabelValues("default", "busy")); got < 3 {
+		t.Fatalf("busy refusals counted %v, want 3", got)
+	}
+}

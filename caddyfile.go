@@ -16,12 +16,15 @@ func init() {
 	httpcaddyfile.RegisterGlobalOption("gpu_turnstile", parseGlobalOption)
 	httpcaddyfile.RegisterHandlerDirective("gpu_turnstile", parseDirective(func() *Handler { return new(Handler) }))
 	httpcaddyfile.RegisterHandlerDirective("gpu_turnstile_status", parseDirective(func() *StatusHandler { return new(StatusHandler) }))
+	httpcaddyfile.RegisterHandlerDirective("gpu_turnstile_holds", parseDirective(func() *HoldsHandler { return new(HoldsHandler) }))
 	// After the auth directives (a request that will be refused never
 	// queues for the GPU) and after encode (the prompt_id capture reads
 	// uncompressed bytes); before handle and route, so it also guards a
 	// reverse_proxy inside them.
 	httpcaddyfile.RegisterDirectiveOrder("gpu_turnstile", httpcaddyfile.After, "encode")
 	httpcaddyfile.RegisterDirectiveOrder("gpu_turnstile_status", httpcaddyfile.Before, "respond")
+	// Like the status: a responder, after the auth directives that guard it.
+	httpcaddyfile.RegisterDirectiveOrder("gpu_turnstile_holds", httpcaddyfile.Before, "respond")
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
@@ -207,9 +210,16 @@ func (hd *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 //		turnstile NAME
 //	}
 func (sh *StatusHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	return unmarshalTurnstileOnly(d, &sh.Turnstile)
+}
+
+// unmarshalTurnstileOnly parses a directive whose only setting is the
+// turnstile it names, given as its argument or as the turnstile option.
+func unmarshalTurnstileOnly(d *caddyfile.Dispenser, name *string) error {
 	d.Next() // the directive's name
+	directive := d.Val()
 	if d.NextArg() {
-		sh.Turnstile = d.Val()
+		*name = d.Val()
 		if d.NextArg() {
 			return d.ArgErr()
 		}
@@ -225,9 +235,9 @@ func (sh *StatusHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err != nil {
 				return err
 			}
-			sh.Turnstile = v
+			*name = v
 		default:
-			return d.Errf("gpu_turnstile_status: unknown option %q", d.Val())
+			return d.Errf("%s: unknown option %q", directive, d.Val())
 		}
 	}
 	return nil

@@ -128,6 +128,20 @@ func TestCaddyfileValidForms(t *testing.T) {
 		comfy http://127.0.0.1:8189
 	}
 }`, []string{`"default":{"comfy":"http://127.0.0.1:8189"}`}},
+		{"holds handler", globalBlock + `:11434 {
+	handle_path /gpu/* {
+		basic_auth {
+			launcher $2a$04$iLenRgmwoeYY8TwGYz7emOv6G1mnEHUSGHmkDedgE95i2zjNhWUmG
+		}
+		gpu_turnstile_holds
+	}
+	handle_path /gpu2/* {
+		gpu_turnstile_holds {
+			turnstile default
+		}
+	}
+	reverse_proxy 127.0.0.1:11435
+}`, []string{`"handler":"authentication"`, `{"handler":"gpu_turnstile_holds"}`, `{"handler":"gpu_turnstile_holds","turnstile":"default"}`}},
 		{"auto retry-after", `{
 	gpu_turnstile {
 		ollama http://127.0.0.1:11435
@@ -212,6 +226,9 @@ func TestCaddyfileInvalidForms(t *testing.T) {
 		{"unknown class", globalBlock + ":11434 {\n\tgpu_turnstile video\n}", `class "video"`},
 		{"unknown handler option", globalBlock + ":11434 {\n\tgpu_turnstile {\n\t\tmode llm\n\t}\n}", `unknown option "mode"`},
 		{"status unknown turnstile", globalBlock + ":11434 {\n\tgpu_turnstile_status gpu9\n}", `no turnstile named "gpu9"`},
+		{"holds unknown turnstile", globalBlock + ":11434 {\n\tgpu_turnstile_holds gpu9\n}", `no turnstile named "gpu9"`},
+		{"holds unknown option", globalBlock + ":11434 {\n\tgpu_turnstile_holds {\n\t\tttl 1m\n\t}\n}", `gpu_turnstile_holds: unknown option "ttl"`},
+		{"holds two names", globalBlock + ":11434 {\n\tgpu_turnstile_holds a b\n}", "wrong argument count"},
 		{"vram size", opt("min_free_vram lots"), "min_free_vram"},
 		{"vram probe", opt("vram_probe nvml"), "vram_probe"},
 		{"vram probe index", opt("vram_probe comfy -1"), "vram_probe"},

@@ -19,6 +19,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
+	"github.com/caddyserver/certmagic"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy/comfytest"
@@ -76,6 +77,9 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 	if opts.beforeLoad != nil {
 		opts.beforeLoad(h)
 	}
+	// Each test its own storage: a hold left in place when a test's
+	// Caddy stops is saved there, and must not come back in the next test.
+	caddy.DefaultStorage = &certmagic.FileStorage{Path: t.TempDir()}
 	h.load(h.caddyfile(opts))
 	t.Cleanup(func() {
 		if err := caddy.Stop(); err != nil {

@@ -62,7 +62,7 @@ var (
 
 	holdEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gpu_turnstile_holds_total",
-		Help: "External holds, by event (granted, released, expired, cancelled, failed).",
+		Help: "External holds, by event (granted, released, expired, cancelled, busy, failed, shutdown, restored).",
 	}, []string{"turnstile", "event"})
 
 	upstreamErrors = prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -17,6 +17,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
+	"github.com/caddyserver/certmagic"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy/comfytest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
@@ -32,7 +33,18 @@ func TestMain(m *testing.M) {
 		caddycmd.Main()
 		return
 	}
-	os.Exit(m.Run())
+	// Holds are kept in Caddy's storage: keep the tests' (and their child
+	// processes') out of the user's data directory.
+	dir, err := os.MkdirTemp("", "gpu-turnstile-test-data-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("XDG_DATA_HOME", dir)
+	caddy.DefaultStorage = &certmagic.FileStorage{Path: filepath.Join(dir, "caddy")}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 // gpuHost is one GPU machine: its own Caddy process with the plugin, in

@@ -75,6 +75,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 		if err != nil {
 			return fmt.Errorf("gpu_turnstile %s: %v", name, err)
 		}
+		c.gpu.HoldStore = newHoldStore(ctx.Storage(), name)
 		a.configs[name] = c
 		ts, _, err := turnstiles.LoadOrNew(name, func() (caddy.Destructor, error) {
 			return newTurnstile(name), nil

@@ -239,6 +239,24 @@ func (l *Lock) AcquireExclusive(ctx context.Context, kind Kind) error {
 	}
 }
 
+// TryAcquireExclusive takes the lock for one exclusive holder of the given
+// kind only if that is possible without waiting: no shared holder, no
+// exclusive holder, no free running and no exclusive waiter queued. It
+// never queues, so the waiters' order is untouched; false means nothing is
+// held.
+func (l *Lock) TryAcquireExclusive(kind Kind) bool {
+	if kind != ImageJob && kind != ExternalHold {
+		panic("lock: exclusive kind must be ImageJob or ExternalHold")
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.shared != 0 || l.excl != Idle || l.freeing || l.exclQ.Len() != 0 {
+		return false
+	}
+	l.grantExclusive(kind, Idle)
+	return true
+}
+
 // ReleaseExclusive gives back the exclusive hold. jobRan says whether this
 // holder left models in ComfyUI (an image job ran), which adds to the debt
 // it may have inherited. If another exclusive waiter is queued, the lock

@@ -562,3 +562,117 @@ func TestDoneContextTakesNothing(t *testing.T) {
 		t.Fatalf("snapshot %+v, transitions %v: want an untouched idle lock", st, rec.transitions())
 	}
 }
+
+func TestTryAcquireExclusive(t *testing.T) {
+	bg := context.Background()
+	t.Run("idle", func(t *testing.T) {
+		r := &recorder{}
+		l := New(r, Options{})
+		if !l.TryAcquireExclusive(ExternalHold) {
+			t.Fatal("refused on an idle lock")
+		}
+		if s := l.State(); s != Hold {
+			t.Fatalf("state %v, want hold", s)
+		}
+		if l.TryAcquireExclusive(ImageJob) || l.TryAcquireShared() {
+			t.Fatal("a second holder got in")
+		}
+		if l.ReleaseExclusive(false) {
+			t.Fatal("handed over with nobody waiting")
+		}
+		if got, want := fmt.Sprint(r.transitions()), "[idle>hold hold>idle]"; got != want {
+			t.Fatalf("transitions %s, want %s", got, want)
+		}
+	})
+	t.Run("shared holder", func(t *testing.T) {
+		l := New(&recorder{}, Options{})
+		l.TryAcquireShared()
+		if l.TryAcquireExclusive(ExternalHold) {
+			t.Fatal("granted while an LLM request is in flight")
+		}
+		if s := l.Snapshot(); s.HoldWaiting != 0 || s.State != LLM {
+			t.Fatalf("the refusal left a trace: %+v", s)
+		}
+		// New shared holders are not held back by the refused attempt.
+		if !l.TryAcquireShared() {
+			t.Fatal("shared refused after a failed exclusive attempt")
+		}
+		l.ReleaseShared()
+		l.ReleaseShared()
+		if !l.TryAcquireExclusive(ImageJob) {
+			t.Fatal("refused once the shared holders left")
+		}
+		l.ReleaseExclusive(false)
+	})
+	t.Run("exclusive waiter queued", func(t *testing.T) {
+		l := New(&recorder{}, Options{})
+		l.TryAcquireShared()
+		img := acquireAsync(l, bg, Image)
+		waitFor(t, l, "image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
+		l.ReleaseShared()
+		if err := <-img; err != nil {
+			t.Fatal(err)
+		}
+		// Between a hand-over and the next holder's release, and with a
+		// waiter queued behind the holder, a try never jumps the queue.
+		hold := acquireAsync(l, bg, Hold)
+		waitFor(t, l, "hold waiter", func(s Snapshot) bool { return s.HoldWaiting == 1 })
+		if l.TryAcquireExclusive(ExternalHold) {
+			t.Fatal("granted while an image job holds the lock")
+		}
+		if !l.ReleaseExclusive(false) {
+			t.Fatal("the queued hold was not handed the lock")
+		}
+		if err := <-hold; err != nil {
+			t.Fatal(err)
+		}
+		l.ReleaseExclusive(false)
+	})
+	t.Run("waiter queued while idle", func(t *testing.T) {
+		// A waiter can be queued with no holder only while shared holders
+		// drain; once they have, it holds the lock. Check the queue alone
+		// stops a try: an exclusive waiter behind a shared holder.
+		l := New(&recorder{}, Options{})
+		l.TryAcquireShared()
+		img := acquireAsync(l, bg, Image)
+		waitFor(t, l, "image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
+		if l.TryAcquireExclusive(ExternalHold) {
+			t.Fatal("granted ahead of a queued waiter")
+		}
+		l.ReleaseShared()
+		if err := <-img; err != nil {
+			t.Fatal(err)
+		}
+		l.ReleaseExclusive(false)
+	})
+	t.Run("during a free", func(t *testing.T) {
+		r := &recorder{}
+		l := New(r, Options{})
+		inFree, proceed := make(chan struct{}), make(chan struct{})
+		r.onFree = func() { close(inFree); <-proceed }
+		l.AcquireExclusive(bg, ImageJob)
+		released := make(chan bool)
+		go func() { released <- l.ReleaseExclusive(true) }()
+		<-inFree
+		if l.TryAcquireExclusive(ExternalHold) {
+			t.Fatal("granted while the last job's free runs")
+		}
+		close(proceed)
+		<-released
+		if !l.TryAcquireExclusive(ExternalHold) {
+			t.Fatal("refused once the free was done")
+		}
+		l.ReleaseExclusive(false)
+		if r.frees.Load() != 1 {
+			t.Fatalf("frees %d, want 1", r.frees.Load())
+		}
+	})
+	t.Run("kind llm panics", func(t *testing.T) {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("no panic")
+			}
+		}()
+		New(&recorder{}, Options{}).TryAcquireExclusive(Kind(LLM))
+	})
+}

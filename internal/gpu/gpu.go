@@ -45,6 +45,10 @@ type Config struct {
 	// and the start-up probes; the backoff paces retries of the start-up
 	// queue probe.
 	UnloadPoll, ProbeTimeout, BackoffInitial, BackoffMax time.Duration
+
+	// HoldStore keeps the holds across restarts; nil keeps them in memory
+	// only. The first config's store is the one holds are restored from.
+	HoldStore HoldStore
 }
 
 // Metrics receives what the orchestration measures. Every method must be
@@ -63,7 +67,8 @@ type Metrics interface {
 	// JobEnded reports an image job that held the GPU, by outcome.
 	JobEnded(outcome string, d time.Duration)
 	// HoldEvent counts a hold's event: granted, released, expired,
-	// cancelled, failed, shutdown.
+	// cancelled, busy (refused without waiting), failed, shutdown, restored
+	// (taken again at start-up from the hold store).
 	HoldEvent(event string)
 }
 

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -328,5 +329,31 @@ func TestHoldKeepsTheFreeDebtWhenItsFreeFails(t *testing.T) {
 	if f.comfy.Frees() == frees || f.comfy.Reserved() != 0 {
 		t.Fatalf("no free after the hold (frees %d -> %d, reserved %d): the failed free's debt was dropped",
 			frees, f.comfy.Frees(), f.comfy.Reserved())
+	}
+}
+
+func TestTryHoldRefusesWithoutWaiting(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.g.Lock().TryAcquireShared() // an LLM request in flight
+	if _, err := f.g.TryHold(context.Background(), "game", time.Minute); !errors.Is(err, ErrHoldBusy) {
+		t.Fatalf("TryHold during LLM use: %v, want ErrHoldBusy", err)
+	}
+	if st := f.g.Status(); st.HoldWaiting != 0 || len(st.Holds) != 0 || st.State != "llm" {
+		t.Fatalf("the refusal left a trace: %+v", st)
+	}
+	f.g.Lock().ReleaseShared()
+	f.waitState(t, "idle", func(st Status) bool { return st.State == "idle" })
+	h, err := f.g.TryHold(context.Background(), "game", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.g.TryHold(context.Background(), "second", time.Minute); !errors.Is(err, ErrHoldBusy) {
+		t.Fatalf("TryHold during a hold: %v, want ErrHoldBusy", err)
+	}
+	h.End("released")
+	f.waitState(t, "idle after the hold", func(st Status) bool { return st.State == "idle" && len(st.Holds) == 0 })
+	if ev := f.m.get(&f.m.holds); len(ev) != 4 || ev[0] != "busy" || ev[1] != "granted" || ev[2] != "busy" || ev[3] != "released" {
+		t.Fatalf("hold events %v", ev)
 	}
 }

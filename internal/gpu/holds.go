@@ -20,12 +20,40 @@ type Hold struct {
 	Since time.Time
 	TTL   time.Duration // the lease a renewal without a ttl gets
 
-	g       *GPU
-	use     *use // the GPU, from the moment it is held
+	g   *GPU
+	use *use // the GPU, from the moment it is held
+	// ready is closed once use may be ended: at once for a new hold, once
+	// the engines are emptied for a restored one (nil: ready).
+	ready   chan struct{}
 	mu      sync.Mutex
 	expires time.Time
 	timer   *time.Timer
 	ended   bool
+	// storeMu orders the hold's writes to the hold store, so that no
+	// renewal's save lands after the end's delete.
+	storeMu sync.Mutex
+}
+
+// HoldStore keeps holds across restarts of Caddy. Its methods are called
+// without the GPU's locks held; an error is logged, and the hold goes on
+// in memory.
+type HoldStore interface {
+	// Save writes the hold's record, replacing any with its ID.
+	Save(SavedHold) error
+	// Delete removes the record of the hold with this ID; a missing
+	// record is not an error.
+	Delete(id string) error
+	// Load returns every record.
+	Load() ([]SavedHold, error)
+}
+
+// SavedHold is a hold as the hold store keeps it.
+type SavedHold struct {
+	ID        string
+	Owner     string
+	TTL       time.Duration // the lease a renewal without a ttl gets
+	Since     time.Time
+	ExpiresAt time.Time
 }
 
 // HoldStatus is a hold as the status and the admin API show it.
@@ -56,6 +84,31 @@ func (g *GPU) TakeHold(ctx context.Context, owner string, ttl time.Duration) (*H
 		g.metrics.HoldEvent("cancelled")
 		return nil, err
 	}
+	return g.grantHold(ctx, owner, ttl, start)
+}
+
+// ErrHoldBusy is returned by TryHold when the GPU cannot be held at once.
+var ErrHoldBusy = errors.New("the GPU cannot be held at once")
+
+// TryHold takes a hold only if the GPU can be had without waiting: no LLM
+// request in flight, no image job or hold, no free running and nobody
+// queued. Otherwise it returns ErrHoldBusy and leaves the queue as it was.
+// Once the lock is taken it empties the engines like TakeHold; ctx bounds
+// that part.
+func (g *GPU) TryHold(ctx context.Context, owner string, ttl time.Duration) (*Hold, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if !g.lock.TryAcquireExclusive(lock.ExternalHold) {
+		g.metrics.HoldEvent("busy")
+		return nil, ErrHoldBusy
+	}
+	return g.grantHold(ctx, owner, ttl, time.Now())
+}
+
+// grantHold empties the GPU, which the caller holds exclusively, for a
+// new hold and returns it.
+func (g *GPU) grantHold(ctx context.Context, owner string, ttl time.Duration, start time.Time) (*Hold, error) {
 	u := &use{g: g, c: g.cfg()}
 	if err := g.prepareHold(ctx, u); err != nil {
 		u.end()
@@ -93,23 +146,74 @@ func (g *GPU) prepareHold(ctx context.Context, u *use) error {
 	return nil
 }
 
-// Renew extends the lease to ttl from now; false if the hold has ended.
+// Renew extends the lease to ttl from now, and saves it in the hold
+// store; false if the hold has ended.
 func (h *Hold) Renew(ttl time.Duration) bool {
+	if !h.arm(time.Now().Add(ttl)) {
+		return false
+	}
+	h.save()
+	return true
+}
+
+// arm sets the lease to end at expires; false if the hold has ended.
+func (h *Hold) arm(expires time.Time) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.ended {
 		return false
 	}
-	h.expires = time.Now().Add(ttl)
+	h.expires = expires
 	if h.timer != nil {
 		h.timer.Stop()
 	}
-	h.timer = time.AfterFunc(ttl, func() { h.g.spawn(func() { h.End("expired") }) })
+	h.timer = time.AfterFunc(time.Until(expires), func() { h.g.spawn(func() { h.End("expired") }) })
 	return true
 }
 
+// save writes the hold's lease to the hold store, unless it has ended.
+func (h *Hold) save() {
+	store := h.g.holdStore()
+	if store == nil {
+		return
+	}
+	h.storeMu.Lock()
+	defer h.storeMu.Unlock()
+	h.mu.Lock()
+	rec := SavedHold{ID: h.ID, Owner: h.Owner, TTL: h.TTL, Since: h.Since, ExpiresAt: h.expires}
+	ended := h.ended
+	h.mu.Unlock()
+	if ended {
+		return
+	}
+	if err := store.Save(rec); err != nil {
+		h.g.log().Warn("saving the hold: it will not survive a restart", zap.String("hold", h.ID), zap.Error(err))
+	}
+}
+
+// forget deletes the hold's record from the hold store.
+func (h *Hold) forget() {
+	store := h.g.holdStore()
+	if store == nil {
+		return
+	}
+	h.storeMu.Lock()
+	defer h.storeMu.Unlock()
+	if err := store.Delete(h.ID); err != nil {
+		h.g.log().Warn("deleting the saved hold: a restart within its ttl may take it again", zap.String("hold", h.ID), zap.Error(err))
+	}
+}
+
+func (g *GPU) holdStore() HoldStore {
+	if c := g.cfg(); c != nil {
+		return c.HoldStore
+	}
+	return nil
+}
+
 // End releases the hold once; reason is released, expired or shutdown.
-// It reports whether this call ended it.
+// It reports whether this call ended it. A hold ended by shutdown stays in
+// the hold store, to be taken again when Caddy starts within its ttl.
 func (h *Hold) End(reason string) bool {
 	h.mu.Lock()
 	if h.ended {
@@ -128,7 +232,74 @@ func (h *Hold) End(reason string) bool {
 	g.metrics.HoldEvent(reason)
 	g.log().Info("GPU hold ended", zap.String("hold", h.ID), zap.String("owner", h.Owner),
 		zap.String("reason", reason), zap.Duration("held", time.Since(h.Since)))
+	if reason != "shutdown" {
+		h.forget()
+	}
+	if h.ready != nil {
+		<-h.ready
+	}
 	h.use.end()
+	return true
+}
+
+// restoreHold takes again, at start-up, the hold that the hold store says
+// was in place when Caddy last stopped (the latest granted whose lease has
+// not run out: holds are exclusive, so any other is a leftover, and is
+// deleted). It takes the lock at once, before any LLM request, keeps the
+// hold's id and lease, and empties the engines in the background. It runs
+// under g.mu, in the first Apply, and reports whether a hold was restored.
+func (g *GPU) restoreHold(c *Config) bool {
+	if c.HoldStore == nil {
+		return false
+	}
+	saved, err := c.HoldStore.Load()
+	if err != nil {
+		g.log().Error("reading the saved holds: none is restored", zap.Error(err))
+		return false
+	}
+	now := time.Now()
+	var live *SavedHold
+	var stale []string
+	for i := range saved {
+		s := &saved[i]
+		switch {
+		case !s.ExpiresAt.After(now):
+			stale = append(stale, s.ID)
+		case live == nil || s.Since.After(live.Since):
+			if live != nil {
+				stale = append(stale, live.ID)
+			}
+			live = s
+		default:
+			stale = append(stale, s.ID)
+		}
+	}
+	for _, id := range stale {
+		g.spawn(func() {
+			if err := c.HoldStore.Delete(id); err != nil {
+				g.log().Warn("deleting a leftover saved hold", zap.String("hold", id), zap.Error(err))
+			}
+		})
+	}
+	if live == nil {
+		return false
+	}
+	if err := g.lock.AcquireExclusive(g.ctx, lock.ExternalHold); err != nil {
+		return false
+	}
+	u := &use{g: g, c: c}
+	h := &Hold{ID: live.ID, Owner: live.Owner, Since: live.Since, TTL: live.TTL, g: g, use: u, ready: make(chan struct{})}
+	g.act.holds[h.ID] = h
+	h.arm(live.ExpiresAt)
+	g.metrics.HoldEvent("restored")
+	g.log().Info("GPU hold restored", zap.String("hold", h.ID), zap.String("owner", h.Owner),
+		zap.Time("expires_at", live.ExpiresAt))
+	g.spawn(func() {
+		defer close(h.ready)
+		if err := g.prepareHold(g.ctx, u); err != nil {
+			g.log().Warn("emptying the GPU for the restored hold", zap.String("hold", h.ID), zap.Error(err))
+		}
+	})
 	return true
 }
 

@@ -18,19 +18,39 @@ import (
 // theirs: a job may have been queued before Caddy started, and an engine
 // that answers may hold a past job's memory (A1111 loads its checkpoint
 // at launch), so it owes a free. It runs under g.mu.
+//
+// A hold restored from the hold store comes first: it takes the GPU
+// before anything else, and the image engines are probed once it ends.
 func (g *GPU) startUp(c *Config) {
+	restored := g.restoreHold(c)
 	if len(c.Images) == 0 {
 		for _, e := range c.LLMs {
 			g.spawn(func() { g.probeLLM(c, e) })
 		}
 		return
 	}
-	if err := g.lock.AcquireExclusive(g.ctx, lock.ImageJob); err == nil {
-		g.act.probing = true
-		g.act.job = &Job{Source: c.Images[0].Name(), Phase: "start-up probe", Started: time.Now()}
-		u := &use{g: g, c: c}
-		g.spawn(func() { g.reconcileAtStart(u) })
+	if restored {
+		g.spawn(func() {
+			if err := g.lock.AcquireExclusive(g.ctx, lock.ImageJob); err == nil {
+				g.mu.Lock()
+				g.beginStartUpProbe(c)
+				g.mu.Unlock()
+			}
+		})
+		return
 	}
+	if err := g.lock.AcquireExclusive(g.ctx, lock.ImageJob); err == nil {
+		g.beginStartUpProbe(c)
+	}
+}
+
+// beginStartUpProbe starts the start-up probe of the image engines, with
+// the lock held exclusively. It runs under g.mu.
+func (g *GPU) beginStartUpProbe(c *Config) {
+	g.act.probing = true
+	g.act.job = &Job{Source: c.Images[0].Name(), Phase: "start-up probe", Started: time.Now()}
+	u := &use{g: g, c: c}
+	g.spawn(func() { g.reconcileAtStart(u) })
 }
 
 // currentWatcher returns the running watch over e's events, or nil.

@@ -207,6 +207,17 @@ inline AcquireExclusive(id, ok) {
 
 /* ReleaseExclusive: hand over to the next exclusive waiter (the debt goes
    with it), or pay the debt (Free) and admit the shared waiters. */
+/* TryAcquireExclusive: AcquireExclusive's immediate grant, or nothing
+   (it never queues). */
+inline TryAcquireExclusive(id, ok) {
+	d_step {
+		if
+		:: shared == 0 && excl == idle && !freeing && qlen == 0 -> grantExclusive(id); ok = true
+		:: else -> ok = false
+		fi
+	}
+}
+
 inline ReleaseExclusive(jobRan, handed) {
 	d_step {
 		assert(excl != idle && !freeing);

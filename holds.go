@@ -1,0 +1,265 @@
+package turnstile
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
+)
+
+func init() {
+	caddy.RegisterModule(HoldsHandler{})
+}
+
+// HoldsHandler serves one turnstile's hold routes on a site, relative to
+// where it is mounted (with handle_path, so that the prefix is stripped):
+//
+//	GET    /holds             this turnstile's holds
+//	POST   /holds             {"owner","ttl","wait"} -> 201 once held
+//	POST   /holds/{id}/renew  [{"ttl"}]
+//	DELETE /holds/{id}
+//
+// They are the admin endpoint's hold routes (see Admin) for a launcher
+// that cannot reach the admin endpoint: put basic_auth or forward_auth in
+// front of it. A body's "turnstile", if given, must name this handler's.
+// Errors are JSON: {"error":"..."}.
+type HoldsHandler struct {
+	// The turnstile whose holds these are. Default "default".
+	Turnstile string `json:"turnstile,omitempty"`
+
+	ts *turnstile
+}
+
+// CaddyModule returns the Caddy module information.
+func (HoldsHandler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.gpu_turnstile_holds",
+		New: func() caddy.Module { return new(HoldsHandler) },
+	}
+}
+
+// Provision finds the turnstile.
+func (h *HoldsHandler) Provision(ctx caddy.Context) error {
+	ts, err := lookupTurnstile(ctx, h.Turnstile)
+	if err != nil {
+		return err
+	}
+	h.ts = ts
+	return nil
+}
+
+// Validate checks the turnstile's name.
+func (h *HoldsHandler) Validate() error {
+	if h.Turnstile != "" && !nameRE.MatchString(h.Turnstile) {
+		return fmt.Errorf("gpu_turnstile_holds: invalid turnstile name %q", h.Turnstile)
+	}
+	return nil
+}
+
+// ServeHTTP implements caddyhttp.MiddlewareHandler. It answers every
+// request itself.
+func (h *HoldsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	err := apiError(http.StatusNotFound, "no such route: %s (the hold routes are /holds...)", r.URL.Path)
+	if parts[0] == "holds" {
+		err = holdRoutes{ts: h.ts}.serve(w, r, parts[1:])
+	}
+	var apiErr caddy.APIError
+	if errors.As(err, &apiErr) {
+		// The admin endpoint's error shape.
+		return writeJSON(w, apiErr.HTTPStatus, map[string]string{"error": apiErr.Err.Error()})
+	}
+	return err
+}
+
+// UnmarshalCaddyfile implements caddyfile.Unmarshaler:
+//
+//	gpu_turnstile_holds [NAME] {
+//		turnstile NAME
+//	}
+func (h *HoldsHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	return unmarshalTurnstileOnly(d, &h.Turnstile)
+}
+
+func (h *HoldsHandler) turnstileName() string { return h.Turnstile }
+
+// holdRoutes serve the hold routes, below the path where they are mounted:
+//
+//	GET    /holds             active holds
+//	POST   /holds             {"turnstile","owner","ttl","wait"} -> 201 once held
+//	POST   /holds/{id}/renew  [{"ttl"}]
+//	DELETE /holds/{id}
+//
+// With ts nil (the admin endpoint) they reach every turnstile, and a new
+// hold names its own; otherwise only ts, and a new hold may name no other.
+// Errors are caddy.APIError values.
+type holdRoutes struct{ ts *turnstile }
+
+// serve answers one request; parts is its path below /holds, split at
+// slashes.
+func (hr holdRoutes) serve(w http.ResponseWriter, r *http.Request, parts []string) error {
+	switch {
+	case len(parts) == 0:
+		switch r.Method {
+		case http.MethodGet:
+			return writeJSON(w, http.StatusOK, hr.list())
+		case http.MethodPost:
+			return hr.create(w, r)
+		}
+		return allow(r, http.MethodGet, http.MethodPost)
+	case len(parts) == 1:
+		if err := allow(r, http.MethodDelete); err != nil {
+			return err
+		}
+		h := hr.find(parts[0])
+		if h == nil || !h.End("released") {
+			return apiError(http.StatusNotFound, "no hold %q (it may have expired)", parts[0])
+		}
+		return writeJSON(w, http.StatusOK, map[string]any{"id": h.ID, "released": true})
+	case len(parts) == 2 && parts[1] == "renew":
+		if err := allow(r, http.MethodPost); err != nil {
+			return err
+		}
+		var req struct {
+			TTL json.RawMessage `json:"ttl"`
+		}
+		if err := decodeBody(r, &req, true); err != nil {
+			return err
+		}
+		h := hr.find(parts[0])
+		if h == nil {
+			return apiError(http.StatusNotFound, "no hold %q (it may have expired)", parts[0])
+		}
+		ttl, err := parseTTL(req.TTL, h.TTL)
+		if err != nil {
+			return err
+		}
+		if !h.Renew(ttl) {
+			return apiError(http.StatusNotFound, "hold %q has ended", parts[0])
+		}
+		return writeJSON(w, http.StatusOK, h.Status())
+	}
+	return apiError(http.StatusNotFound, "no such route: %s", r.URL.Path)
+}
+
+// each calls f for every turnstile these routes reach, until it returns
+// false.
+func (hr holdRoutes) each(f func(*turnstile) bool) {
+	if hr.ts != nil {
+		f(hr.ts)
+		return
+	}
+	turnstiles.Range(func(_, v any) bool { return f(v.(*turnstile)) })
+}
+
+// find returns the hold with this id, or nil.
+func (hr holdRoutes) find(id string) *gpu.Hold {
+	var found *gpu.Hold
+	hr.each(func(ts *turnstile) bool {
+		found = ts.FindHold(id)
+		return found == nil
+	})
+	return found
+}
+
+func (hr holdRoutes) list() map[string]any {
+	holds := []gpu.HoldStatus{}
+	hr.each(func(ts *turnstile) bool {
+		holds = append(holds, ts.status().Holds...)
+		return true
+	})
+	return map[string]any{"holds": holds}
+}
+
+func (hr holdRoutes) create(w http.ResponseWriter, r *http.Request) error {
+	var req struct {
+		Turnstile string          `json:"turnstile"`
+		Owner     string          `json:"owner"`
+		TTL       json.RawMessage `json:"ttl"`
+		// Wait false: answer 409 at once if the GPU cannot be held now.
+		Wait *bool `json:"wait"`
+	}
+	// The body is read to its end before waiting: only then does the
+	// server notice a client that goes away (and cancel the wait).
+	if err := decodeBody(r, &req, false); err != nil {
+		return err
+	}
+	ts := hr.ts
+	switch {
+	case ts == nil:
+		var err error
+		if ts, err = adminTurnstile(req.Turnstile); err != nil {
+			return err
+		}
+	case req.Turnstile != "" && req.Turnstile != ts.name:
+		return apiError(http.StatusBadRequest, "turnstile: %q, but this route holds turnstile %q", req.Turnstile, ts.name)
+	}
+	ttl, err := parseTTL(req.TTL, defaultHoldTTL)
+	if err != nil {
+		return err
+	}
+	owner := strings.TrimSpace(req.Owner)
+	if owner == "" {
+		owner = "unnamed"
+	}
+	if len(owner) > 200 {
+		return apiError(http.StatusBadRequest, "owner: longer than 200 bytes")
+	}
+	var h *gpu.Hold
+	if req.Wait != nil && !*req.Wait {
+		h, err = ts.TryHold(r.Context(), owner, ttl)
+	} else {
+		h, err = ts.TakeHold(r.Context(), owner, ttl)
+	}
+	switch {
+	case err == nil:
+		return writeJSON(w, http.StatusCreated, h.Status())
+	case errors.Is(err, gpu.ErrHoldBusy):
+		return writeJSON(w, http.StatusConflict, map[string]any{
+			"error":      "gpu_turnstile: " + err.Error(),
+			"blocked_by": blockedBy(ts.status()),
+		})
+	case r.Context().Err() != nil:
+		return nil // the client went away; nothing is held
+	case errors.Is(err, gpu.ErrHoldPrepare):
+		return apiError(http.StatusServiceUnavailable, "%v", err)
+	}
+	return err
+}
+
+// holdBlocker is what keeps a hold from being granted at once.
+type holdBlocker struct {
+	State string           `json:"state"`
+	Job   *gpu.JobStatus   `json:"job"` // null when no image job runs
+	Holds []gpu.HoldStatus `json:"holds"`
+	// The counts behind a state that alone does not explain the refusal
+	// (a queue, a free in progress).
+	LLMInflight  int  `json:"llm_inflight"`
+	ImageWaiting int  `json:"image_waiting"`
+	HoldWaiting  int  `json:"hold_waiting"`
+	Freeing      bool `json:"freeing"`
+}
+
+func blockedBy(st Status) holdBlocker {
+	holds := st.Holds
+	if holds == nil {
+		holds = []gpu.HoldStatus{}
+	}
+	return holdBlocker{State: st.State, Job: st.Job, Holds: holds, LLMInflight: st.LLMInflight,
+		ImageWaiting: st.ImageWaiting, HoldWaiting: st.HoldWaiting, Freeing: st.Freeing}
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*HoldsHandler)(nil)
+	_ caddy.Validator             = (*HoldsHandler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*HoldsHandler)(nil)
+	_ caddyfile.Unmarshaler       = (*HoldsHandler)(nil)
+)
