@@ -248,7 +248,7 @@ func unmarshalTurnstileOnly(d *caddyfile.Dispenser, name *string) error {
 type optionLines map[string]int
 
 // repeatable are the options that may be given more than once.
-var repeatable = map[string]bool{"llm": true, "image": true}
+var repeatable = map[string]bool{"llm": true, "image": true, "hold_while": true}
 
 func (o optionLines) once(d *caddyfile.Dispenser) error {
 	if repeatable[d.Val()] {

@@ -29,15 +29,17 @@ func parseSetting(d *caddyfile.Dispenser, s *Settings) error {
 // durationSettings are the options that take one duration.
 func durationSettings(s *Settings) map[string]*caddy.Duration {
 	return map[string]*caddy.Duration{
-		"llm_wait_timeout":      &s.LLMWaitTimeout,
-		"unload_timeout":        &s.UnloadTimeout,
-		"job_timeout":           &s.JobTimeout,
-		"interrupt_grace":       &s.InterruptGrace,
-		"free_timeout":          &s.FreeTimeout,
-		"warm_timeout":          &s.WarmTimeout,
-		"unload_poll_interval":  &s.UnloadPollInterval,
-		"history_poll_interval": &s.HistoryPollInterval,
-		"probe_timeout":         &s.ProbeTimeout,
+		"llm_wait_timeout":       &s.LLMWaitTimeout,
+		"unload_timeout":         &s.UnloadTimeout,
+		"job_timeout":            &s.JobTimeout,
+		"interrupt_grace":        &s.InterruptGrace,
+		"free_timeout":           &s.FreeTimeout,
+		"warm_timeout":           &s.WarmTimeout,
+		"unload_poll_interval":   &s.UnloadPollInterval,
+		"history_poll_interval":  &s.HistoryPollInterval,
+		"probe_timeout":          &s.ProbeTimeout,
+		"hold_release_after":     &s.HoldReleaseAfter,
+		"presence_poll_interval": &s.PresencePollInterval,
 	}
 }
 
@@ -47,6 +49,7 @@ var settingParsers = map[string]func(*caddyfile.Dispenser, *Settings) error{
 	"comfy":            func(d *caddyfile.Dispenser, s *Settings) error { return parseUpstream(d, &s.Comfy) },
 	"llm":              func(d *caddyfile.Dispenser, s *Settings) error { return parseEngine(d, &s.LLM) },
 	"image":            func(d *caddyfile.Dispenser, s *Settings) error { return parseEngine(d, &s.Image) },
+	"hold_while":       parseHoldWhile,
 	"busy_retry_after": parseBusyRetryAfter,
 	"llm_busy_mode":    parseBusyMode,
 	"llm_busy_status": func(d *caddyfile.Dispenser, s *Settings) error {

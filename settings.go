@@ -148,6 +148,8 @@ type Settings struct {
 	// GPU at once; more get the busy answer at once. Zero (default): no
 	// cap.
 	MaxWaiting int `json:"max_waiting,omitempty"`
+
+	PresenceSettings
 }
 
 // The defaults, as in the original stand-alone program.
@@ -193,7 +195,7 @@ func (s Settings) validate() (*config, error) {
 	c := &config{Settings: s}
 	c.gpu = gpu.Config{WarmModel: s.WarmModel, EarlyUnload: s.EarlyUnload, MaxImageStreak: s.MaxImageStreak, MinFreeVRAM: s.MinFreeVRAM}
 	for _, check := range []func(Settings, *config) error{
-		validateBusy, validateDurations, validateEngines, validateLimits, validateVRAM, validateWarm,
+		validateBusy, validateDurations, validateEngines, validateLimits, validateVRAM, validateWarm, validatePresence,
 	} {
 		if err := check(s, c); err != nil {
 			return nil, err
@@ -338,6 +340,7 @@ func (c *config) locate() error {
 		p.Path = path
 		c.gpu.Probe = p
 	}
+	c.locatePresence()
 	return nil
 }
 

@@ -114,7 +114,11 @@ func (a *App) Start() error {
 			zap.Duration("probe_timeout", c.gpu.ProbeTimeout), zap.Duration("backoff_initial", c.gpu.BackoffInitial),
 			zap.Duration("backoff_max", c.gpu.BackoffMax), zap.Int64("prompt_capture_limit", c.captureLimit),
 			zap.Int("max_image_streak", c.MaxImageStreak),
-			zap.Int64("wait_buffer_limit", c.waitBufferLimit), zap.Int("max_waiting", c.MaxWaiting))
+			zap.Int64("wait_buffer_limit", c.waitBufferLimit), zap.Int("max_waiting", c.MaxWaiting),
+			zap.Strings("hold_while", presenceSummary(c)))
+		for cond, why := range c.gpu.PresenceOff {
+			log.Warn(cond+" is "+why, zap.String("condition", cond))
+		}
 	}
 	return nil
 }

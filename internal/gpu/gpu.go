@@ -24,6 +24,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/presence"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
 )
 
@@ -41,6 +42,15 @@ type Config struct {
 	Probe          VRAMProbe // nil without min_free_vram
 
 	UnloadTimeout, JobTimeout, FreeTimeout, InterruptGrace, WarmTimeout time.Duration
+	// Presence are the hold_while conditions: while one holds, the GPU is
+	// held for the person at the machine. Sampled every PresencePoll,
+	// released once clear for HoldReleaseAfter.
+	Presence                       []presence.Sampler
+	PresencePoll, HoldReleaseAfter time.Duration
+	// PresenceOff are the hold_while conditions that cannot run on this
+	// host, with why (no nvidia-smi): the status shows them.
+	PresenceOff map[string]string
+
 	// UnloadPoll paces the VRAM checks; ProbeTimeout bounds each probe
 	// and the start-up probes; the backoff paces retries of the start-up
 	// queue probe.
@@ -93,11 +103,12 @@ type GPU struct {
 	closed  bool
 	running sync.WaitGroup
 
-	mu      sync.Mutex // guards what follows, up to abnormal
-	started bool
-	watches map[string]*engineWatch // by image engine name
-	recheck chan struct{}           // closed to have the watches look again (recheckDirect)
-	act     activity                // what holds or waits for the GPU (activity.go)
+	mu       sync.Mutex // guards what follows, up to abnormal
+	started  bool
+	watches  map[string]*engineWatch   // by image engine name
+	presence map[string]*presenceState // by hold_while condition
+	recheck  chan struct{}             // closed to have the watches look again (recheckDirect)
+	act      activity                  // what holds or waits for the GPU (activity.go)
 
 	// abnormal is when LLM use last ended abnormally (UnixNano; 0: not
 	// since the LLM engines were last confirmed empty). See emptyLLM.
@@ -197,6 +208,7 @@ func (g *GPU) Apply(c *Config, log *zap.Logger) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.watchEngines(c)
+	g.watchPresence(c)
 	if !g.started {
 		g.started = true
 		g.startUp(c)

@@ -15,10 +15,11 @@ import (
 // Hold is an external holder's exclusive lease on the GPU (a game, a
 // training run). It ends when released or when its ttl passes unrenewed.
 type Hold struct {
-	ID    string
-	Owner string
-	Since time.Time
-	TTL   time.Duration // the lease a renewal without a ttl gets
+	ID     string
+	Owner  string
+	Source string // sourceAdmin, or sourcePresence (hold_while: no lease, not stored)
+	Since  time.Time
+	TTL    time.Duration // the lease a renewal without a ttl gets
 
 	g   *GPU
 	use *use // the GPU, from the moment it is held
@@ -61,15 +62,22 @@ type HoldStatus struct {
 	ID        string    `json:"id"`
 	Turnstile string    `json:"turnstile"`
 	Owner     string    `json:"owner"`
+	Source    string    `json:"source"` // admin (the hold routes) or presence (hold_while)
 	Since     time.Time `json:"since"`
-	ExpiresAt time.Time `json:"expires_at"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"` // none for a presence hold
 }
+
+// Where a hold comes from.
+const (
+	sourceAdmin    = "admin"
+	sourcePresence = "presence"
+)
 
 // Status returns the hold as the status shows it.
 func (h *Hold) Status() HoldStatus {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return HoldStatus{ID: h.ID, Turnstile: h.g.name, Owner: h.Owner, Since: h.Since, ExpiresAt: h.expires}
+	return HoldStatus{ID: h.ID, Turnstile: h.g.name, Owner: h.Owner, Source: h.Source, Since: h.Since, ExpiresAt: h.expires}
 }
 
 // ErrHoldPrepare is returned when the GPU could not be emptied for a hold.
@@ -84,7 +92,7 @@ func (g *GPU) TakeHold(ctx context.Context, owner string, ttl time.Duration) (*H
 		g.metrics.HoldEvent("cancelled")
 		return nil, err
 	}
-	return g.grantHold(ctx, owner, ttl, start)
+	return g.grantHold(ctx, owner, ttl, start, sourceAdmin)
 }
 
 // ErrHoldBusy is returned by TryHold when the GPU cannot be held at once.
@@ -103,23 +111,28 @@ func (g *GPU) TryHold(ctx context.Context, owner string, ttl time.Duration) (*Ho
 		g.metrics.HoldEvent("busy")
 		return nil, ErrHoldBusy
 	}
-	return g.grantHold(ctx, owner, ttl, time.Now())
+	return g.grantHold(ctx, owner, ttl, time.Now(), sourceAdmin)
 }
 
 // grantHold empties the GPU, which the caller holds exclusively, for a
-// new hold and returns it.
-func (g *GPU) grantHold(ctx context.Context, owner string, ttl time.Duration, start time.Time) (*Hold, error) {
+// new hold and returns it. A presence hold has no lease and is not stored:
+// its condition is looked at again after a restart.
+func (g *GPU) grantHold(ctx context.Context, owner string, ttl time.Duration, start time.Time, source string) (*Hold, error) {
 	u := &use{g: g, c: g.cfg()}
 	if err := g.prepareHold(ctx, u); err != nil {
 		u.end()
 		g.metrics.HoldEvent("failed")
 		return nil, fmt.Errorf("%w: %v", ErrHoldPrepare, err)
 	}
-	h := &Hold{ID: randomID(), Owner: owner, Since: time.Now(), TTL: ttl, g: g, use: u}
+	h := &Hold{ID: randomID(), Owner: owner, Source: source, Since: time.Now(), TTL: ttl, g: g, use: u}
 	g.mu.Lock()
 	g.act.holds[h.ID] = h
 	g.mu.Unlock()
-	h.Renew(ttl)
+	if source == sourcePresence {
+		g.metrics.HoldEvent("presence")
+	} else {
+		h.Renew(ttl)
+	}
 	g.metrics.HoldEvent("granted")
 	g.log().Info("GPU held", zap.String("hold", h.ID), zap.String("owner", owner),
 		zap.Duration("ttl", ttl), zap.Duration("waited", time.Since(start)))
@@ -232,7 +245,7 @@ func (h *Hold) End(reason string) bool {
 	g.metrics.HoldEvent(reason)
 	g.log().Info("GPU hold ended", zap.String("hold", h.ID), zap.String("owner", h.Owner),
 		zap.String("reason", reason), zap.Duration("held", time.Since(h.Since)))
-	if reason != "shutdown" {
+	if reason != "shutdown" && h.Source != sourcePresence {
 		h.forget()
 	}
 	if h.ready != nil {
@@ -288,7 +301,7 @@ func (g *GPU) restoreHold(c *Config) bool {
 		return false
 	}
 	u := &use{g: g, c: c}
-	h := &Hold{ID: live.ID, Owner: live.Owner, Since: live.Since, TTL: live.TTL, g: g, use: u, ready: make(chan struct{})}
+	h := &Hold{ID: live.ID, Owner: live.Owner, Source: sourceAdmin, Since: live.Since, TTL: live.TTL, g: g, use: u, ready: make(chan struct{})}
 	g.act.holds[h.ID] = h
 	h.arm(live.ExpiresAt)
 	g.metrics.HoldEvent("restored")

@@ -34,6 +34,7 @@ type Status struct {
 	LastSwitch *time.Time                `json:"last_switch,omitempty"`
 	Job        *JobStatus                `json:"job,omitempty"`
 	Holds      []HoldStatus              `json:"holds"`
+	Presence   []PresenceStatus          `json:"presence,omitempty"` // the hold_while conditions
 	Engines    []EngineStatus            `json:"engines"`
 	Upstreams  map[string]UpstreamStatus `json:"upstreams"`
 }
@@ -104,6 +105,7 @@ func (g *GPU) Status() Status {
 	for _, h := range a.holds {
 		st.Holds = append(st.Holds, h.Status())
 	}
+	st.Presence = g.presenceStatus(g.cfg())
 	g.mu.Unlock()
 	if st.Warming && st.LLMInflight > 0 {
 		st.LLMInflight--

@@ -1,0 +1,154 @@
+package gpu
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/presence"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
+)
+
+// presenceKind is the lock kind of a presence hold.
+var presenceKind = lock.ExternalHold
+
+// presenceState is one presence condition (hold_while) and the hold it
+// has engaged. It is keyed by the sampler's description, so that a reload
+// with the same condition keeps its hold.
+type presenceState struct {
+	key    string
+	cancel context.CancelFunc // ends the watch
+	w      *presence.Watcher
+
+	mu        sync.Mutex
+	acquiring context.CancelFunc // set while a hold is being taken
+	hold      *Hold
+}
+
+// PresenceStatus is one hold_while condition as the status shows it.
+type PresenceStatus struct {
+	Condition string `json:"condition"`
+	Engaged   bool   `json:"engaged"`
+	Owner     string `json:"owner,omitempty"`
+	Error     string `json:"error,omitempty"`
+}
+
+// watchPresence starts a watch for each hold_while condition of c, stops
+// those of the config before, and ends the hold of a condition that c no
+// longer has. A condition kept across a reload keeps its hold: its new
+// watch engages again at once (a no-op) or releases it once clear. It
+// runs under g.mu.
+func (g *GPU) watchPresence(c *Config) {
+	old := g.presence
+	g.presence = map[string]*presenceState{}
+	for _, s := range c.Presence {
+		st := &presenceState{key: s.String()}
+		if prev := old[st.key]; prev != nil {
+			st.hold = prev.takeHold()
+		}
+		ctx, cancel := context.WithCancel(g.ctx)
+		st.cancel = cancel
+		st.w = presence.NewWatcher(s, c.PresencePoll, c.HoldReleaseAfter, g.log(),
+			func(owner string) { g.engagePresence(st, owner) }, func() { g.releasePresence(st) })
+		g.presence[st.key] = st
+		g.spawn(func() { st.w.Run(ctx) })
+	}
+	for key, prev := range old {
+		prev.cancel()
+		if _, kept := g.presence[key]; !kept {
+			if h := prev.takeHold(); h != nil {
+				g.spawn(func() { h.End("released") })
+			}
+			prev.stopAcquiring()
+		}
+	}
+}
+
+// takeHold hands the state's hold over (to the state that replaces it).
+func (st *presenceState) takeHold() *Hold {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	h := st.hold
+	st.hold = nil
+	return h
+}
+
+func (st *presenceState) stopAcquiring() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.acquiring != nil {
+		st.acquiring()
+		st.acquiring = nil
+	}
+}
+
+// engagePresence takes a presence hold for owner, unless the condition
+// has one or is taking one. Taking it waits its turn (at the front of the
+// queue) and empties the engines, so it runs in its own goroutine.
+func (g *GPU) engagePresence(st *presenceState, owner string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.hold != nil || st.acquiring != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(g.ctx)
+	st.acquiring = cancel
+	g.spawn(func() {
+		h, err := g.takePresence(ctx, owner)
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		if st.acquiring == nil { // released meanwhile
+			if h != nil {
+				g.spawn(func() { h.End("released") })
+			}
+			return
+		}
+		st.acquiring = nil
+		cancel()
+		if err != nil {
+			g.log().Error("presence hold not taken", zap.String("owner", owner), zap.Error(err))
+			return
+		}
+		st.hold = h
+	})
+}
+
+// releasePresence ends the condition's hold, or stops taking it.
+func (g *GPU) releasePresence(st *presenceState) {
+	st.stopAcquiring()
+	if h := st.takeHold(); h != nil {
+		h.End("released")
+	}
+}
+
+// takePresence waits for the GPU at the front of the queue, empties the
+// engines and returns a hold with no lease: it lasts until released.
+func (g *GPU) takePresence(ctx context.Context, owner string) (*Hold, error) {
+	start := time.Now()
+	if err := g.acquireExclusive(ctx, presenceKind); err != nil {
+		return nil, err
+	}
+	return g.grantHold(ctx, owner, 0, start, sourcePresence)
+}
+
+// presenceStatus lists the hold_while conditions, those that cannot run
+// here first; g.mu is held.
+func (g *GPU) presenceStatus(c *Config) []PresenceStatus {
+	out := make([]PresenceStatus, 0, len(g.presence))
+	if c != nil {
+		for cond, why := range c.PresenceOff {
+			out = append(out, PresenceStatus{Condition: cond, Error: why})
+		}
+	}
+	for _, st := range g.presence {
+		owner, engaged, err := st.w.Status()
+		ps := PresenceStatus{Condition: st.key, Engaged: engaged, Owner: owner}
+		if err != nil {
+			ps.Error = err.Error()
+		}
+		out = append(out, ps)
+	}
+	return out
+}

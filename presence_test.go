@@ -1,0 +1,169 @@
+package turnstile
+
+import (
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
+)
+
+// startGame runs a copy of sleep named like a game, and returns a func
+// that ends it.
+func startGame(t *testing.T, name string) (stop func()) {
+	t.Helper()
+	src, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skip("no sleep executable to pose as a game")
+	}
+	dst := filepath.Join(t.TempDir(), name)
+	in, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		t.Fatal(err)
+	}
+	out.Close()
+	cmd := exec.Command(dst, "300")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// A game starts: the GPU is held for it at the next sample (Ollama
+// emptied, chats wait), and given back only once the game has been gone
+// for hold_release_after.
+func TestHoldWhileProcess(t *testing.T) {
+	const releaseAfter = 400 * time.Millisecond
+	h := newHarness(t, harnessOptions{settings: "hold_while process mygame* steam\n\t\tpresence_poll_interval 50ms\n\t\thold_release_after 400ms"})
+	ctx := context.Background()
+	if r := h.post(ctx, h.llm+"/api/chat", chatBody("llama3.2", false)); r.status != 200 {
+		t.Fatalf("chat: %d", r.status)
+	}
+	h.waitIdle()
+	stop := startGame(t, "MyGame.x86_64")
+	st := h.waitStatus("a presence hold", func(st Status) bool { return len(st.Holds) == 1 })
+	if hs := st.Holds[0]; hs.Source != "presence" || !strings.HasPrefix(hs.Owner, "process:") {
+		t.Fatalf("hold %+v, want source presence and a process owner", hs)
+	}
+	h.waitTimeline("Ollama emptied", func([]gputest.Event) bool { return h.gpu.Users("ollama") == 0 })
+	chat := h.postAsync(ctx, h.llm+"/api/chat", chatBody("llama3.2", false))
+	h.waitStatus("the chat waits", func(st Status) bool { return st.LLMWaiting == 1 })
+	stop()
+	gone := time.Now()
+	if r := <-chat; r.status != 200 {
+		t.Fatalf("chat after the game: %d %s", r.status, r.body)
+	}
+	if waited := time.Since(gone); waited < releaseAfter {
+		t.Fatalf("the hold ended %v after the game, before hold_release_after (%v)", waited, releaseAfter)
+	}
+	if st := h.status(); len(st.Holds) != 0 || len(st.Presence) != 1 || st.Presence[0].Engaged {
+		t.Fatalf("status after the game: holds %+v presence %+v", st.Holds, st.Presence)
+	}
+}
+
+// Without nvidia-smi, hold_while gpu_process is off, and the status says
+// so; nothing else changes.
+func TestHoldWhileGPUProcessWithoutNvidiaSMI(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	h := newHarness(t, harnessOptions{settings: "hold_while gpu_process except Xorg"})
+	st := h.status()
+	if len(st.Presence) != 1 || !strings.Contains(st.Presence[0].Error, "nvidia-smi not found") {
+		t.Fatalf("presence %+v, want gpu_process reported off for want of nvidia-smi", st.Presence)
+	}
+	if r := h.post(context.Background(), h.llm+"/api/chat", chatBody("llama3.2", false)); r.status != 200 {
+		t.Fatalf("chat: %d", r.status)
+	}
+}
+
+// fakeSMI puts an nvidia-smi on PATH that prints what the files compute
+// and pids in its directory hold, and returns that directory.
+func fakeSMI(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	script := `#!/bin/sh
+case "$*" in
+*--query-compute-apps*) cat "` + dir + `/compute" 2>/dev/null ;;
+*"-q -d PIDS"*) cat "` + dir + `/pids" 2>/dev/null ;;
+*) exit 9 ;;
+esac
+`
+	if err := os.WriteFile(filepath.Join(dir, "nvidia-smi"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	return dir
+}
+
+const smiPIDsHeader = "\n==============NVSMI LOG==============\n\nAttached GPUs                             : 1\nGPU 00000000:01:00.0\n    Processes\n"
+
+func smiProcess(pid int, typ, name string) string {
+	return "        GPU instance ID                   : N/A\n        Compute instance ID               : N/A\n" +
+		"        Process ID                        : " + strconv.Itoa(pid) + "\n" +
+		"            Type                          : " + typ + "\n" +
+		"            Name                          : " + name + "\n" +
+		"            Used GPU Memory               : 512 MiB\n"
+}
+
+// A process that nvidia-smi shows on the GPU, compute or graphics, holds
+// it; the engines' own processes (here the fakes, in this test's process)
+// and the excepted ones do not.
+func TestHoldWhileGPUProcess(t *testing.T) {
+	dir := fakeSMI(t)
+	write := func(name, s string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	own := strconv.Itoa(os.Getpid())
+	write("compute", own+", /usr/bin/ollama, 4096\n")
+	write("pids", smiPIDsHeader+smiProcess(os.Getpid(), "C", "/usr/bin/ollama")+smiProcess(1742, "G", "/usr/lib/xorg/Xorg"))
+	h := newHarness(t, harnessOptions{settings: "hold_while gpu_process except Xorg\n\t\tpresence_poll_interval 50ms\n\t\thold_release_after 200ms"})
+	ctx := context.Background()
+	// The engines' own process and the excepted desktop do not hold it.
+	for range 3 {
+		if r := h.post(ctx, h.llm+"/api/chat", chatBody("llama3.2", false)); r.status != 200 {
+			t.Fatalf("chat: %d", r.status)
+		}
+	}
+	if st := h.status(); len(st.Holds) != 0 || len(st.Presence) != 1 || st.Presence[0].Error != "" {
+		t.Fatalf("holds %+v presence %+v, want none engaged and no error", st.Holds, st.Presence)
+	}
+	for _, tc := range []struct{ what, compute, pids string }{
+		{"a foreign compute process", own + ", /usr/bin/ollama, 4096\n31337, /usr/bin/python3, 8192\n", smiPIDsHeader},
+		{"a game, a graphics process", "", smiPIDsHeader + smiProcess(9001, "G", `Z:\games\Game\Game.exe`)},
+	} {
+		write("compute", tc.compute)
+		write("pids", tc.pids)
+		st := h.waitStatus(tc.what+" holds the GPU", func(st Status) bool { return len(st.Holds) == 1 })
+		if hs := st.Holds[0]; hs.Source != "presence" || !strings.HasPrefix(hs.Owner, "gpu_process:") {
+			t.Fatalf("%s: hold %+v", tc.what, hs)
+		}
+		h.waitTimeline("Ollama emptied", func([]gputest.Event) bool { return h.gpu.Users("ollama") == 0 })
+		write("compute", "")
+		write("pids", smiPIDsHeader)
+		h.waitStatus("the hold released", func(st Status) bool { return len(st.Holds) == 0 })
+	}
+}
