@@ -102,7 +102,20 @@ func (c *config) locatePresence() {
 		c.gpu.PresenceOff = map[string]string{gpuProcessCondition: "off: " + err.Error()}
 		return
 	}
-	c.gpu.Presence = append(c.gpu.Presence, s)
+	c.gpu.Presence = append(c.gpu.Presence, bounded{s, c.gpu.ProbeTimeout})
+}
+
+// bounded bounds each sample by probe_timeout: nvidia-smi is killed at
+// the deadline, so a hung driver cannot stall the watch.
+type bounded struct {
+	presence.Sampler
+	timeout time.Duration
+}
+
+func (b bounded) Sample(ctx context.Context) (string, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+	return b.Sampler.Sample(ctx)
 }
 
 // enginePorts are the TCP ports of the engines' URLs: the engines'
