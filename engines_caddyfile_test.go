@@ -91,3 +91,42 @@ func TestJSONEngineChecks(t *testing.T) {
 	}
 	caddy.Stop()
 }
+
+func TestCaddyfilePresence(t *testing.T) {
+	cfg, err := adapt(t, "{\n\tgpu_turnstile {\n\t\tollama http://127.0.0.1:1\n\t\thold_while process steam *.exe\n\t\thold_while process blender\n\t\thold_while gpu_process except Xorg\n\t\thold_release_after 1m\n\t\tpresence_poll_interval 5s\n\t}\n}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := jsonString(t, cfg)
+	for _, want := range []string{`"hold_while_process":["steam","*.exe","blender"]`, `"hold_while_gpu_process":true`,
+		`"hold_while_gpu_except":["Xorg"]`, `"hold_release_after":60000000000`, `"presence_poll_interval":5000000000`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("adapted config lacks %s:\n%s", want, got)
+		}
+	}
+	block := func(lines string) string {
+		return "{\n\tgpu_turnstile {\n\t\tollama http://127.0.0.1:1\n\t\t" + lines + "\n\t}\n}"
+	}
+	for _, tc := range []struct{ input, want string }{
+		{block("hold_while"), "hold_while: want"},
+		{block("hold_while process"), "hold_while process: name at least one"},
+		{block("hold_while process a/b"), "hold_while process"},
+		{block("hold_while window steam"), `"window" is neither`},
+		{block("hold_while gpu_process but Xorg"), "gpu_process [except NAME...]"},
+		{block("hold_while gpu_process\n\t\thold_while gpu_process"), "given twice"},
+		{block("hold_release_after soon"), "hold_release_after"},
+	} {
+		if _, err := adapt(t, tc.input); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "Caddyfile:") {
+			t.Errorf("%q: error %v, want %q and the line", tc.input, err, tc.want)
+		}
+	}
+	// JSON gets the same checks, naming its fields.
+	for _, tc := range []struct{ field, value string }{
+		{"hold_while_process", `["a/b"]`}, {"hold_release_after", "-1"}, {"hold_while_gpu_except", `["x"]`},
+	} {
+		cfg := fmt.Sprintf(`{"admin":{"disabled":true},"apps":{"gpu_turnstile":{"turnstiles":{"default":{"ollama":"http://127.0.0.1:1","%s":%s}}}}}`, tc.field, tc.value)
+		if err := caddy.Load([]byte(cfg), true); err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%s %s: %v, want an error naming %s", tc.field, tc.value, err, tc.field)
+		}
+	}
+}

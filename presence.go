@@ -73,7 +73,7 @@ func validatePresence(s Settings, c *config) error {
 	if len(s.HoldWhileProcess) > 0 {
 		p, err := presence.Processes(s.HoldWhileProcess)
 		if err != nil {
-			return fmt.Errorf("hold_while process: %v", err)
+			return fmt.Errorf("hold_while_process: %v", err)
 		}
 		c.gpu.Presence = append(c.gpu.Presence, p)
 	}
