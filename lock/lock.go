@@ -1,11 +1,15 @@
 // Package lock is the mode lock of a GPU turnstile: many shared holders (LLM
-// requests) or one exclusive holder (an image job or an external hold), never
-// both.
+// requests) or one exclusive holder (an image job, an external hold or a
+// presence hold), never both.
 //
 // The lock prefers writers: once an exclusive waiter is queued, new shared
 // holders wait while those already in flight drain. Exclusive waiters are
-// served in arrival order. A waiter whose context ends leaves the queue at
-// once and wakes whoever can now proceed.
+// served in arrival order, except presence holds (the person at the
+// machine): they go to the front of the queue, behind earlier presence
+// holds only. Nothing is cut short for them: the exclusive holder keeps
+// the lock until it releases, and shared holders in flight drain. A waiter
+// whose context ends leaves the queue at once and wakes whoever can now
+// proceed.
 //
 // The lock also tracks one debt: after an image job, ComfyUI may still hold
 // models. That debt passes from one exclusive holder to the next (no free
@@ -30,7 +34,7 @@ const (
 	Idle  State = iota // nobody holds the lock
 	LLM                // one or more shared holders
 	Image              // one exclusive image holder (or its free)
-	Hold               // one exclusive external holder
+	Hold               // one exclusive hold (external or presence)
 )
 
 // States lists every State; the model checker's state list is compared
@@ -51,22 +55,43 @@ func (s State) String() string {
 	return "unknown"
 }
 
-// Kind is the kind of an exclusive holder: an image job or an external
-// hold. It is its own type, so that neither Idle nor LLM can be passed
-// where an exclusive kind is wanted.
+// Kind is the kind of an exclusive holder: an image job, an external hold
+// or a presence hold. It is its own type, so that neither Idle nor LLM can
+// be passed where an exclusive kind is wanted.
 type Kind uint8
 
-// The kinds of exclusive holders, each named for the state it puts the
-// lock in.
+// The kinds of exclusive holders. The two holds differ only in where they
+// queue: both put the lock in state Hold, so whatever goes by the state (a
+// status, the metrics) shows "hold" for either and need not know the
+// presence kind; Kind.String tells them apart.
 const (
-	ImageJob     = Kind(Image)
+	// ImageJob is an image job: state Image, served in arrival order.
+	ImageJob = Kind(Image)
+	// ExternalHold is an external holder's lease (a training run, a
+	// game): state Hold, served in arrival order.
 	ExternalHold = Kind(Hold)
+	// PresenceHold is a hold for the person at the machine (a game
+	// started there): state Hold, queued ahead of every image job and
+	// external hold that waits, behind earlier presence holds.
+	PresenceHold = Kind(Hold + 1)
 )
 
 // State is the state an exclusive holder of this kind puts the lock in.
-func (k Kind) State() State { return State(k) }
+func (k Kind) State() State {
+	if k == PresenceHold {
+		return Hold
+	}
+	return State(k)
+}
 
-func (k Kind) String() string { return k.State().String() }
+func (k Kind) String() string {
+	if k == PresenceHold {
+		return "presence"
+	}
+	return k.State().String()
+}
+
+func (k Kind) valid() bool { return k == ImageJob || k == ExternalHold || k == PresenceHold }
 
 // Effects performs the side effects the lock orders. The lock calls them
 // without holding its mutex, except Transition.
@@ -85,8 +110,13 @@ type Effects interface {
 type Options struct {
 	// MaxExclusiveStreak bounds how many exclusive holders in a row may be
 	// granted while shared waiters wait. Once reached, the shared waiters
-	// get a turn before the next exclusive waiter. Zero means no bound
-	// (strict exclusive priority).
+	// get a turn before the next exclusive waiter, unless that is a
+	// presence hold: the person at the machine goes first regardless, and
+	// the shared turn comes at the first release that finds no presence
+	// hold waiting. A presence grant counts in the streak like any other,
+	// so a waiting shared holder sees at most MaxExclusiveStreak grants of
+	// image jobs and external holds, plus the presence holds granted
+	// meanwhile. Zero means no bound (strict exclusive priority).
 	MaxExclusiveStreak int
 }
 
@@ -101,8 +131,11 @@ type Lock struct {
 	freeing  bool  // a Free is running for the last exclusive holder
 	owesFree bool  // ComfyUI may still hold a previous image job's models
 	streak   int   // exclusive grants in a row while shared waiters waited
-	exclQ    list.List
-	qKinds   [4]int // queued exclusive waiters per kind
+
+	// exclQ holds the exclusive waiters: the presence holds first, then the
+	// others, each in arrival order. qKinds counts them per kind.
+	exclQ  list.List
+	qKinds [PresenceHold + 1]int
 
 	// Shared waiters are admitted all at once: each waits on gate, which is
 	// closed (and replaced) when they are admitted. sharedQ counts them.
@@ -191,13 +224,16 @@ func (l *Lock) ReleaseShared() {
 }
 
 // AcquireExclusive takes the lock for one exclusive holder of the given
-// kind (Image or Hold), after the shared holders drain and the exclusive
-// waiters ahead of it are served. On ctx's end it returns ctx.Err() and
+// kind, after the shared holders drain and the exclusive waiters ahead of
+// it are served. An ImageJob or ExternalHold queues behind every exclusive
+// waiter; a PresenceHold queues behind the presence holds only, ahead of
+// the image jobs and external holds that wait, and is not held back by
+// the streak bound (see Options). On ctx's end it returns ctx.Err() and
 // holds nothing. A context already done gets nothing, even when the lock
 // is free: Ollama must not be emptied for a client that has gone.
 func (l *Lock) AcquireExclusive(ctx context.Context, kind Kind) error {
-	if kind != ImageJob && kind != ExternalHold {
-		panic("lock: exclusive kind must be ImageJob or ExternalHold")
+	if !kind.valid() {
+		panic("lock: exclusive kind must be ImageJob, ExternalHold or PresenceHold")
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -209,8 +245,7 @@ func (l *Lock) AcquireExclusive(ctx context.Context, kind Kind) error {
 		return nil
 	}
 	w := &exclWaiter{kind: kind, ready: make(chan struct{})}
-	elem := l.exclQ.PushBack(w)
-	l.qKinds[kind]++
+	elem := l.enqueue(w)
 	l.mu.Unlock()
 
 	select {
@@ -242,11 +277,11 @@ func (l *Lock) AcquireExclusive(ctx context.Context, kind Kind) error {
 // TryAcquireExclusive takes the lock for one exclusive holder of the given
 // kind only if that is possible without waiting: no shared holder, no
 // exclusive holder, no free running and no exclusive waiter queued. It
-// never queues, so the waiters' order is untouched; false means nothing is
-// held.
+// never queues, so the waiters' order is untouched (a PresenceHold too is
+// refused while any waiter is queued); false means nothing is held.
 func (l *Lock) TryAcquireExclusive(kind Kind) bool {
-	if kind != ImageJob && kind != ExternalHold {
-		panic("lock: exclusive kind must be ImageJob or ExternalHold")
+	if !kind.valid() {
+		panic("lock: exclusive kind must be ImageJob, ExternalHold or PresenceHold")
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -260,9 +295,11 @@ func (l *Lock) TryAcquireExclusive(kind Kind) bool {
 // ReleaseExclusive gives back the exclusive hold. jobRan says whether this
 // holder left models in ComfyUI (an image job ran), which adds to the debt
 // it may have inherited. If another exclusive waiter is queued, the lock
-// (and the debt) passes straight to it and ReleaseExclusive returns true.
-// Otherwise the debt is paid with Effects.Free in this goroutine, then the
-// waiting shared holders are admitted, and it returns false.
+// and the debt pass straight to the first of them and ReleaseExclusive
+// returns true, unless the streak bound gives the shared waiters a turn
+// first (never ahead of a presence hold). Otherwise the debt is paid with
+// Effects.Free in this goroutine, then the waiting shared holders are
+// admitted, and it returns false.
 func (l *Lock) ReleaseExclusive(jobRan bool) (handedOver bool) {
 	l.mu.Lock()
 	if l.excl == Idle || l.freeing {
@@ -271,7 +308,7 @@ func (l *Lock) ReleaseExclusive(jobRan bool) (handedOver bool) {
 	}
 	l.owesFree = l.owesFree || jobRan
 	for {
-		if !l.sharedTurnDue() && l.grantNextExclusive(l.excl) {
+		if l.exclusiveTurn() && l.grantNextExclusive(l.excl) {
 			l.mu.Unlock()
 			return true
 		}
@@ -320,14 +357,15 @@ func (l *Lock) Paid() {
 
 // Snapshot is a consistent view of the lock at one instant.
 type Snapshot struct {
-	State         State
-	Shared        int  // shared holders
-	SharedWaiting int  // shared waiters
-	ImageWaiting  int  // queued image waiters
-	HoldWaiting   int  // queued hold waiters
-	Freeing       bool // the last exclusive holder's free is running
-	OwesFree      bool // ComfyUI may still hold a previous job's models
-	Streak        int  // exclusive grants in a row while shared waiters waited
+	State           State
+	Shared          int  // shared holders
+	SharedWaiting   int  // shared waiters
+	ImageWaiting    int  // queued image waiters
+	HoldWaiting     int  // queued hold waiters, external and presence (both are state Hold)
+	PresenceWaiting int  // the presence holds among HoldWaiting
+	Freeing         bool // the last exclusive holder's free is running
+	OwesFree        bool // ComfyUI may still hold a previous job's models
+	Streak          int  // exclusive grants in a row while shared waiters waited
 }
 
 // Snapshot returns the lock's current state.
@@ -335,14 +373,15 @@ func (l *Lock) Snapshot() Snapshot {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return Snapshot{
-		State:         l.stateLocked(),
-		Shared:        l.shared,
-		SharedWaiting: l.sharedQ,
-		ImageWaiting:  l.qKinds[Image],
-		HoldWaiting:   l.qKinds[Hold],
-		Freeing:       l.freeing,
-		OwesFree:      l.owesFree,
-		Streak:        l.streak,
+		State:           l.stateLocked(),
+		Shared:          l.shared,
+		SharedWaiting:   l.sharedQ,
+		ImageWaiting:    l.qKinds[ImageJob],
+		HoldWaiting:     l.qKinds[ExternalHold] + l.qKinds[PresenceHold],
+		PresenceWaiting: l.qKinds[PresenceHold],
+		Freeing:         l.freeing,
+		OwesFree:        l.owesFree,
+		Streak:          l.streak,
 	}
 }
 
@@ -379,6 +418,28 @@ func (l *Lock) addShared(n int) {
 // holders the next turn ahead of the exclusive waiters.
 func (l *Lock) sharedTurnDue() bool {
 	return l.opts.MaxExclusiveStreak > 0 && l.sharedQ > 0 && l.streak >= l.opts.MaxExclusiveStreak
+}
+
+// exclusiveTurn reports whether the first exclusive waiter, if any, goes
+// before the waiting shared holders: always for a presence hold (they are
+// queued first), otherwise unless the fairness bound gives the shared
+// waiters their turn.
+func (l *Lock) exclusiveTurn() bool {
+	return l.qKinds[PresenceHold] > 0 || !l.sharedTurnDue()
+}
+
+// enqueue queues an exclusive waiter: a presence hold behind the presence
+// holds at the front, any other kind at the back.
+func (l *Lock) enqueue(w *exclWaiter) *list.Element {
+	l.qKinds[w.kind]++
+	if w.kind == PresenceHold {
+		for e := l.exclQ.Front(); e != nil; e = e.Next() {
+			if e.Value.(*exclWaiter).kind != PresenceHold {
+				return l.exclQ.InsertBefore(w, e)
+			}
+		}
+	}
+	return l.exclQ.PushBack(w)
 }
 
 // grantNextExclusive hands the lock to the first exclusive waiter if no

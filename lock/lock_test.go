@@ -56,13 +56,16 @@ func waitFor(t *testing.T, l *Lock, what string, cond func(Snapshot) bool) {
 	}
 }
 
-func acquireAsync(l *Lock, ctx context.Context, kind State) <-chan error {
+// sharedHold stands for a shared holder where tests list kinds of holders.
+const sharedHold = Kind(LLM)
+
+func acquireAsync(l *Lock, ctx context.Context, kind Kind) <-chan error {
 	done := make(chan error, 1)
 	go func() {
-		if kind == LLM {
+		if kind == sharedHold {
 			done <- l.AcquireShared(ctx)
 		} else {
-			done <- l.AcquireExclusive(ctx, Kind(kind))
+			done <- l.AcquireExclusive(ctx, kind)
 		}
 	}()
 	return done
@@ -103,6 +106,10 @@ func TestTransitions(t *testing.T) {
 			l.AcquireExclusive(bg, ExternalHold)
 			l.ReleaseExclusive(false)
 		}, []string{"idle>hold", "hold>idle"}, 0},
+		{"presence", func(l *Lock) {
+			l.AcquireExclusive(bg, PresenceHold)
+			l.ReleaseExclusive(false)
+		}, []string{"idle>hold", "hold>idle"}, 0},
 		{"hold pays debt itself", func(l *Lock) {
 			l.AcquireExclusive(bg, ImageJob)
 			l.ReleaseExclusive(true) // pays
@@ -138,7 +145,7 @@ func TestTransitions(t *testing.T) {
 func TestTryAcquireSharedRefusesWhileExclusiveWaits(t *testing.T) {
 	l := New(&recorder{}, Options{})
 	l.AcquireShared(context.Background())
-	img := acquireAsync(l, context.Background(), Image)
+	img := acquireAsync(l, context.Background(), ImageJob)
 	waitFor(t, l, "image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
 	if l.TryAcquireShared() {
 		t.Fatal("TryAcquireShared succeeded while an exclusive waiter was queued")
@@ -163,11 +170,11 @@ func TestImageWaitsForLLMToDrain(t *testing.T) {
 	bg := context.Background()
 	l.AcquireShared(bg)
 	l.AcquireShared(bg)
-	img := acquireAsync(l, bg, Image)
+	img := acquireAsync(l, bg, ImageJob)
 	waitFor(t, l, "image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
 
 	// Writer preference: a new LLM request waits behind the image waiter.
-	llm := acquireAsync(l, bg, LLM)
+	llm := acquireAsync(l, bg, sharedHold)
 	waitFor(t, l, "llm waiter", func(s Snapshot) bool { return s.SharedWaiting == 1 })
 
 	l.ReleaseShared()
@@ -233,7 +240,7 @@ func TestHandOverCarriesTheDebt(t *testing.T) {
 	l := New(r, Options{})
 	bg := context.Background()
 	l.AcquireExclusive(bg, ImageJob)
-	next := acquireAsync(l, bg, Image)
+	next := acquireAsync(l, bg, ImageJob)
 	waitFor(t, l, "second image", func(s Snapshot) bool { return s.ImageWaiting == 1 })
 	if !l.ReleaseExclusive(true) {
 		t.Fatal("release did not hand over to the waiting image")
@@ -258,7 +265,7 @@ func TestHandOverCarriesTheDebt(t *testing.T) {
 }
 
 func TestCancelledWaiterLeavesAtOnce(t *testing.T) {
-	for _, kind := range []State{LLM, Image, Hold} {
+	for _, kind := range []Kind{sharedHold, ImageJob, ExternalHold, PresenceHold} {
 		t.Run(kind.String(), func(t *testing.T) {
 			l := New(&recorder{}, Options{})
 			bg := context.Background()
@@ -288,9 +295,9 @@ func TestCancelledImageWaiterUnblocksLLM(t *testing.T) {
 	bg := context.Background()
 	l.AcquireShared(bg)
 	ctx, cancel := context.WithCancel(bg)
-	img := acquireAsync(l, ctx, Image)
+	img := acquireAsync(l, ctx, ImageJob)
 	waitFor(t, l, "image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
-	llm := acquireAsync(l, bg, LLM)
+	llm := acquireAsync(l, bg, sharedHold)
 	waitFor(t, l, "llm waiter", func(s Snapshot) bool { return s.SharedWaiting == 1 })
 	cancel()
 	<-img
@@ -313,7 +320,7 @@ func TestCancelRacingGrant(t *testing.T) {
 		bg := context.Background()
 		l.AcquireExclusive(bg, ImageJob)
 		ctx, cancel := context.WithCancel(bg)
-		kind := []State{LLM, Image, Hold}[i%3]
+		kind := []Kind{sharedHold, ImageJob, ExternalHold, PresenceHold}[i%4]
 		ch := acquireAsync(l, ctx, kind)
 		waitFor(t, l, "waiter", func(s Snapshot) bool {
 			return s.SharedWaiting+s.ImageWaiting+s.HoldWaiting == 1
@@ -321,7 +328,7 @@ func TestCancelRacingGrant(t *testing.T) {
 		go cancel()
 		l.ReleaseExclusive(true)
 		if err := <-ch; err == nil {
-			if kind == LLM {
+			if kind == sharedHold {
 				l.ReleaseShared()
 			} else {
 				l.ReleaseExclusive(false)
@@ -353,7 +360,7 @@ func TestWaiterArrivingDuringFreeIsServedAfterIt(t *testing.T) {
 	if s := l.State(); s != Image {
 		t.Fatalf("state during free %v, want image", s)
 	}
-	hold := acquireAsync(l, bg, Hold)
+	hold := acquireAsync(l, bg, ExternalHold)
 	waitFor(t, l, "hold waiter", func(s Snapshot) bool { return s.HoldWaiting == 1 })
 	close(proceed)
 	if !<-released {
@@ -375,11 +382,11 @@ func TestMaxExclusiveStreakGivesLLMATurn(t *testing.T) {
 	l := New(&recorder{}, Options{MaxExclusiveStreak: 2})
 	bg := context.Background()
 	l.AcquireExclusive(bg, ImageJob) // a job runs
-	llm := acquireAsync(l, bg, LLM)
+	llm := acquireAsync(l, bg, sharedHold)
 	waitFor(t, l, "llm waiter", func(s Snapshot) bool { return s.SharedWaiting == 1 })
 	imgs := make([]<-chan error, 3)
 	for i := range imgs {
-		imgs[i] = acquireAsync(l, bg, Image)
+		imgs[i] = acquireAsync(l, bg, ImageJob)
 		waitFor(t, l, "image waiters", func(s Snapshot) bool { return s.ImageWaiting == i+1 })
 	}
 	// The first job was granted with no LLM waiting; the next two make the
@@ -410,10 +417,10 @@ func TestStrictPriorityByDefault(t *testing.T) {
 	l := New(&recorder{}, Options{})
 	bg := context.Background()
 	l.AcquireExclusive(bg, ImageJob)
-	llm := acquireAsync(l, bg, LLM)
+	llm := acquireAsync(l, bg, sharedHold)
 	waitFor(t, l, "llm waiter", func(s Snapshot) bool { return s.SharedWaiting == 1 })
 	for i := range 5 {
-		img := acquireAsync(l, bg, Image)
+		img := acquireAsync(l, bg, ImageJob)
 		waitFor(t, l, "image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
 		if !l.ReleaseExclusive(true) {
 			t.Fatalf("job %d: not handed over to the next image", i)
@@ -426,6 +433,357 @@ func TestStrictPriorityByDefault(t *testing.T) {
 	l.ReleaseShared()
 }
 
+func TestPresenceKind(t *testing.T) {
+	for kind, want := range map[Kind]string{ImageJob: "image image", ExternalHold: "hold hold", PresenceHold: "presence hold"} {
+		if got := kind.String() + " " + kind.State().String(); got != want {
+			t.Errorf("kind and state %q, want %q", got, want)
+		}
+	}
+}
+
+// A presence hold queued behind a running image job, after two image jobs
+// were queued, is granted as soon as the running job releases; the image
+// jobs follow in their order.
+func TestPresenceHoldGoesFirst(t *testing.T) {
+	r := &recorder{}
+	l := New(r, Options{})
+	bg := context.Background()
+	l.AcquireExclusive(bg, ImageJob) // the running job
+	img1 := acquireAsync(l, bg, ImageJob)
+	waitFor(t, l, "first image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
+	img2 := acquireAsync(l, bg, ImageJob)
+	waitFor(t, l, "second image waiter", func(s Snapshot) bool { return s.ImageWaiting == 2 })
+	pres := acquireAsync(l, bg, PresenceHold)
+	waitFor(t, l, "presence waiter", func(s Snapshot) bool { return s.PresenceWaiting == 1 })
+	if s := l.Snapshot(); s.State != Image || s.HoldWaiting != 1 {
+		t.Fatalf("snapshot %+v: want the job still running, the presence hold among the hold waiters", s)
+	}
+
+	if !l.ReleaseExclusive(true) {
+		t.Fatal("the running job's release did not hand over")
+	}
+	if s := l.Snapshot(); s.State != Hold || s.ImageWaiting != 2 || s.HoldWaiting != 0 || s.PresenceWaiting != 0 {
+		t.Fatalf("after the job: snapshot %+v, want the presence hold granted, both image jobs queued", s)
+	}
+	if err := <-pres; err != nil {
+		t.Fatal(err)
+	}
+	mustNotBeDone(t, img1, "first image job during the presence hold")
+	mustNotBeDone(t, img2, "second image job during the presence hold")
+	l.Paid() // a hold frees ComfyUI on entry
+
+	if !l.ReleaseExclusive(false) {
+		t.Fatal("the presence hold's release did not hand over")
+	}
+	if err := <-img1; err != nil {
+		t.Fatal(err)
+	}
+	if s := l.Snapshot(); s.ImageWaiting != 1 {
+		t.Fatalf("snapshot %+v, want the second image job still queued", s)
+	}
+	if !l.ReleaseExclusive(true) {
+		t.Fatal("the first image job's release did not hand over")
+	}
+	if err := <-img2; err != nil {
+		t.Fatal(err)
+	}
+	if l.ReleaseExclusive(true) {
+		t.Fatal("handed over with nobody waiting")
+	}
+	want := "[idle>image image>hold hold>image image>idle]"
+	if got := fmt.Sprint(r.transitions()); got != want {
+		t.Fatalf("transitions %s, want %s", got, want)
+	}
+	if got := r.frees.Load(); got != 1 {
+		t.Fatalf("frees %d, want 1 (the hold paid the first job's debt)", got)
+	}
+}
+
+func TestPresenceHoldsQueueFirstInArrivalOrder(t *testing.T) {
+	l := New(&recorder{}, Options{})
+	bg := context.Background()
+	l.AcquireExclusive(bg, ImageJob)
+	arrivals := []struct {
+		name string
+		kind Kind
+	}{
+		{"image A", ImageJob}, {"hold B", ExternalHold}, {"presence 1", PresenceHold},
+		{"image C", ImageJob}, {"presence 2", PresenceHold}, {"hold D", ExternalHold},
+		{"presence 3", PresenceHold},
+	}
+	var mu sync.Mutex
+	var order []string
+	var wg sync.WaitGroup
+	for i, a := range arrivals {
+		wg.Go(func() {
+			if err := l.AcquireExclusive(bg, a.kind); err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			order = append(order, a.name)
+			mu.Unlock()
+			l.ReleaseExclusive(false)
+		})
+		// Queue each only after the previous is visible, so arrival order is known.
+		waitFor(t, l, a.name+" queued", func(s Snapshot) bool { return s.ImageWaiting+s.HoldWaiting == i+1 })
+	}
+	if s := l.Snapshot(); s.ImageWaiting != 2 || s.HoldWaiting != 5 || s.PresenceWaiting != 3 {
+		t.Fatalf("snapshot %+v, want 2 image, 5 hold waiters, 3 of them presence", s)
+	}
+	l.ReleaseExclusive(false)
+	wg.Wait()
+	want := "[presence 1 presence 2 presence 3 image A hold B image C hold D]"
+	if got := fmt.Sprint(order); got != want {
+		t.Fatalf("served in order %s, want %s", got, want)
+	}
+}
+
+func TestCancelledPresenceHoldLeavesTheQueue(t *testing.T) {
+	bg := context.Background()
+	t.Run("among waiters", func(t *testing.T) {
+		l := New(&recorder{}, Options{})
+		l.AcquireExclusive(bg, ImageJob)
+		img := acquireAsync(l, bg, ImageJob)
+		waitFor(t, l, "image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
+		ctx, cancel := context.WithCancel(bg)
+		pres1 := acquireAsync(l, ctx, PresenceHold)
+		waitFor(t, l, "first presence waiter", func(s Snapshot) bool { return s.PresenceWaiting == 1 })
+		pres2 := acquireAsync(l, bg, PresenceHold)
+		waitFor(t, l, "second presence waiter", func(s Snapshot) bool { return s.PresenceWaiting == 2 })
+
+		cancel()
+		if err := <-pres1; !errors.Is(err, context.Canceled) {
+			t.Fatalf("err %v, want canceled", err)
+		}
+		if s := l.Snapshot(); s.PresenceWaiting != 1 || s.HoldWaiting != 1 || s.ImageWaiting != 1 {
+			t.Fatalf("snapshot %+v, want one presence and one image waiter left", s)
+		}
+		if !l.ReleaseExclusive(false) {
+			t.Fatal("release did not hand over")
+		}
+		if err := <-pres2; err != nil {
+			t.Fatal(err)
+		}
+		mustNotBeDone(t, img, "image job during the presence hold")
+		if !l.ReleaseExclusive(false) {
+			t.Fatal("the presence hold's release did not hand over")
+		}
+		if err := <-img; err != nil {
+			t.Fatal(err)
+		}
+		l.ReleaseExclusive(false)
+		if s := l.Snapshot(); s != (Snapshot{}) {
+			t.Fatalf("not idle after release: %+v", s)
+		}
+	})
+	t.Run("alone ahead of shared waiters", func(t *testing.T) {
+		l := New(&recorder{}, Options{})
+		l.AcquireShared(bg)
+		ctx, cancel := context.WithCancel(bg)
+		pres := acquireAsync(l, ctx, PresenceHold)
+		waitFor(t, l, "presence waiter", func(s Snapshot) bool { return s.PresenceWaiting == 1 })
+		if l.TryAcquireShared() {
+			t.Fatal("TryAcquireShared succeeded while a presence hold was queued")
+		}
+		llm := acquireAsync(l, bg, sharedHold)
+		waitFor(t, l, "llm waiter", func(s Snapshot) bool { return s.SharedWaiting == 1 })
+		cancel()
+		<-pres
+		if err := <-llm; err != nil {
+			t.Fatalf("LLM waiter not admitted after the presence hold left: %v", err)
+		}
+		if s := l.Snapshot(); s.Shared != 2 || s.State != LLM || s.HoldWaiting != 0 || s.PresenceWaiting != 0 {
+			t.Fatalf("snapshot %+v, want 2 shared holders and nothing queued", s)
+		}
+		l.ReleaseShared()
+		l.ReleaseShared()
+	})
+}
+
+// With the streak bound reached, a presence hold still goes before the
+// waiting shared holders; their turn comes at the presence hold's release,
+// ahead of the image job queued behind it.
+func TestPresenceHoldGoesFirstPastTheStreakBound(t *testing.T) {
+	l := New(&recorder{}, Options{MaxExclusiveStreak: 1})
+	bg := context.Background()
+	l.AcquireExclusive(bg, ImageJob) // granted with nobody waiting: no streak
+	llm := acquireAsync(l, bg, sharedHold)
+	waitFor(t, l, "llm waiter", func(s Snapshot) bool { return s.SharedWaiting == 1 })
+	img1 := acquireAsync(l, bg, ImageJob)
+	waitFor(t, l, "image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
+	if !l.ReleaseExclusive(true) {
+		t.Fatal("not handed over within the streak bound")
+	}
+	if err := <-img1; err != nil {
+		t.Fatal(err)
+	}
+	if s := l.Snapshot(); s.Streak != 1 {
+		t.Fatalf("streak %d, want 1: the bound is reached", s.Streak)
+	}
+	pres := acquireAsync(l, bg, PresenceHold)
+	waitFor(t, l, "presence waiter", func(s Snapshot) bool { return s.PresenceWaiting == 1 })
+	img2 := acquireAsync(l, bg, ImageJob)
+	waitFor(t, l, "second image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
+
+	if !l.ReleaseExclusive(true) {
+		t.Fatal("the presence hold waited for the shared turn")
+	}
+	if err := <-pres; err != nil {
+		t.Fatal(err)
+	}
+	if s := l.Snapshot(); s.State != Hold || s.SharedWaiting != 1 || s.ImageWaiting != 1 || s.Streak != 2 || !s.OwesFree {
+		t.Fatalf("snapshot %+v, want the presence hold counted in the streak, the others waiting", s)
+	}
+	mustNotBeDone(t, llm, "llm during the presence hold")
+
+	if l.ReleaseExclusive(false) {
+		t.Fatal("handed over to the image job past the streak bound")
+	}
+	if err := <-llm; err != nil {
+		t.Fatal(err)
+	}
+	if s := l.Snapshot(); s.State != LLM || s.Streak != 0 || s.OwesFree {
+		t.Fatalf("snapshot %+v, want the shared turn after the free, the streak reset", s)
+	}
+	if l.TryAcquireShared() {
+		t.Fatal("new shared holder admitted while an image job waits")
+	}
+	l.ReleaseShared()
+	if err := <-img2; err != nil {
+		t.Fatal(err)
+	}
+	l.ReleaseExclusive(false)
+}
+
+// A presence grant counts in the streak like any other, so the image jobs
+// behind it get fewer grants before the shared turn.
+func TestPresenceGrantCountsInTheStreak(t *testing.T) {
+	l := New(&recorder{}, Options{MaxExclusiveStreak: 2})
+	bg := context.Background()
+	l.AcquireExclusive(bg, ImageJob)
+	llm := acquireAsync(l, bg, sharedHold)
+	waitFor(t, l, "llm waiter", func(s Snapshot) bool { return s.SharedWaiting == 1 })
+	img1 := acquireAsync(l, bg, ImageJob)
+	waitFor(t, l, "image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
+	pres := acquireAsync(l, bg, PresenceHold)
+	waitFor(t, l, "presence waiter", func(s Snapshot) bool { return s.PresenceWaiting == 1 })
+	img2 := acquireAsync(l, bg, ImageJob)
+	waitFor(t, l, "second image waiter", func(s Snapshot) bool { return s.ImageWaiting == 2 })
+
+	if !l.ReleaseExclusive(false) {
+		t.Fatal("not handed over to the presence hold")
+	}
+	if err := <-pres; err != nil {
+		t.Fatal(err)
+	}
+	if !l.ReleaseExclusive(false) {
+		t.Fatal("not handed over to the first image job")
+	}
+	if err := <-img1; err != nil {
+		t.Fatal(err)
+	}
+	if s := l.Snapshot(); s.Streak != 2 {
+		t.Fatalf("streak %d, want 2: the presence hold and the image job", s.Streak)
+	}
+	if l.ReleaseExclusive(false) {
+		t.Fatal("handed over to the second image job past the streak bound")
+	}
+	if err := <-llm; err != nil {
+		t.Fatal(err)
+	}
+	mustNotBeDone(t, img2, "second image job during the shared turn")
+	l.ReleaseShared()
+	if err := <-img2; err != nil {
+		t.Fatal(err)
+	}
+	l.ReleaseExclusive(false)
+}
+
+// The debt passes to a presence hold like to any exclusive holder: no free
+// between the image job and the hold, which settles it by freeing ComfyUI
+// itself, or else has it freed at its release before the shared turn.
+func TestHandOverToPresenceHoldCarriesTheDebt(t *testing.T) {
+	for _, paid := range []bool{true, false} {
+		t.Run(fmt.Sprintf("paid=%v", paid), func(t *testing.T) {
+			r := &recorder{}
+			l := New(r, Options{})
+			bg := context.Background()
+			l.AcquireExclusive(bg, ImageJob)
+			llm := acquireAsync(l, bg, sharedHold)
+			waitFor(t, l, "llm waiter", func(s Snapshot) bool { return s.SharedWaiting == 1 })
+			pres := acquireAsync(l, bg, PresenceHold)
+			waitFor(t, l, "presence waiter", func(s Snapshot) bool { return s.PresenceWaiting == 1 })
+			if !l.ReleaseExclusive(true) {
+				t.Fatal("the image job's release did not hand over to the presence hold")
+			}
+			if err := <-pres; err != nil {
+				t.Fatal(err)
+			}
+			if r.frees.Load() != 0 || !l.OwesFree() {
+				t.Fatalf("frees %d, owes %v: want the debt handed over unpaid", r.frees.Load(), l.OwesFree())
+			}
+			if paid {
+				l.Paid()
+			}
+			if l.ReleaseExclusive(false) {
+				t.Fatal("handed over with no exclusive waiter")
+			}
+			if err := <-llm; err != nil {
+				t.Fatal(err)
+			}
+			want := int32(1)
+			if paid {
+				want = 0
+			}
+			if got := r.frees.Load(); got != want {
+				t.Fatalf("frees %d, want %d", got, want)
+			}
+			if l.OwesFree() {
+				t.Fatal("debt still owed after the shared turn began")
+			}
+			l.ReleaseShared()
+		})
+	}
+}
+
+// A presence hold that arrives while a free runs, after an image job, is
+// served first once the free is done.
+func TestPresenceArrivingDuringFreeGoesFirst(t *testing.T) {
+	r := &recorder{}
+	l := New(r, Options{})
+	bg := context.Background()
+	inFree := make(chan struct{})
+	proceed := make(chan struct{})
+	r.onFree = func() { close(inFree); <-proceed }
+	l.AcquireExclusive(bg, ImageJob)
+	released := make(chan bool)
+	go func() { released <- l.ReleaseExclusive(true) }()
+	<-inFree
+	img := acquireAsync(l, bg, ImageJob)
+	waitFor(t, l, "image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
+	pres := acquireAsync(l, bg, PresenceHold)
+	waitFor(t, l, "presence waiter", func(s Snapshot) bool { return s.PresenceWaiting == 1 })
+	close(proceed)
+	if !<-released {
+		t.Fatal("the lock was not handed over after the free")
+	}
+	if err := <-pres; err != nil {
+		t.Fatal(err)
+	}
+	if s := l.Snapshot(); s.State != Hold || s.ImageWaiting != 1 || s.OwesFree {
+		t.Fatalf("snapshot %+v, want the presence hold holding, the image job queued, nothing owed", s)
+	}
+	l.ReleaseExclusive(false)
+	if err := <-img; err != nil {
+		t.Fatal(err)
+	}
+	l.ReleaseExclusive(false)
+	if r.frees.Load() != 1 {
+		t.Fatalf("frees %d, want 1", r.frees.Load())
+	}
+}
+
 func TestMisuse(t *testing.T) {
 	for name, f := range map[string]func(l *Lock){
 		"release shared unheld":    func(l *Lock) { l.ReleaseShared() },
@@ -433,6 +791,9 @@ func TestMisuse(t *testing.T) {
 		// LLM and Idle no longer compile as a Kind; only a conversion
 		// gets one in.
 		"exclusive kind llm": func(l *Lock) { l.AcquireExclusive(context.Background(), Kind(LLM)) },
+		"exclusive kind past presence": func(l *Lock) {
+			l.AcquireExclusive(context.Background(), PresenceHold+1)
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {
@@ -498,13 +859,13 @@ func TestRandomisedExclusion(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					for range 300 {
-						kind := []State{LLM, LLM, LLM, LLM, Image, Hold}[rng.IntN(6)]
+						kind := []Kind{sharedHold, sharedHold, sharedHold, sharedHold, ImageJob, ExternalHold, PresenceHold}[rng.IntN(7)]
 						ctx, cancel := context.WithCancel(context.Background())
 						if rng.IntN(5) == 0 {
 							time.AfterFunc(time.Duration(rng.IntN(50))*time.Microsecond, cancel)
 						}
 						var err error
-						if kind == LLM {
+						if kind == sharedHold {
 							if rng.IntN(4) == 0 {
 								if !l.TryAcquireShared() {
 									err = context.Canceled
@@ -513,7 +874,7 @@ func TestRandomisedExclusion(t *testing.T) {
 								err = l.AcquireShared(ctx)
 							}
 						} else {
-							err = l.AcquireExclusive(ctx, Kind(kind))
+							err = l.AcquireExclusive(ctx, kind)
 						}
 						cancel()
 						if err != nil {
@@ -521,15 +882,15 @@ func TestRandomisedExclusion(t *testing.T) {
 							continue
 						}
 						granted.Add(1)
-						c.enter(kind != LLM)
+						c.enter(kind != sharedHold)
 						if rng.IntN(3) == 0 {
 							time.Sleep(time.Duration(rng.IntN(20)) * time.Microsecond)
 						}
-						c.leave(kind != LLM)
-						if kind == LLM {
+						c.leave(kind != sharedHold)
+						if kind == sharedHold {
 							l.ReleaseShared()
 						} else {
-							l.ReleaseExclusive(kind == Image && rng.IntN(2) == 0)
+							l.ReleaseExclusive(kind == ImageJob && rng.IntN(2) == 0)
 						}
 					}
 				}()
@@ -550,7 +911,7 @@ func TestDoneContextTakesNothing(t *testing.T) {
 	l := New(rec, Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	for _, kind := range []Kind{ImageJob, ExternalHold} {
+	for _, kind := range []Kind{ImageJob, ExternalHold, PresenceHold} {
 		if err := l.AcquireExclusive(ctx, kind); err == nil {
 			t.Fatalf("%v granted to a done context", kind)
 		}
@@ -607,7 +968,7 @@ func TestTryAcquireExclusive(t *testing.T) {
 	t.Run("exclusive waiter queued", func(t *testing.T) {
 		l := New(&recorder{}, Options{})
 		l.TryAcquireShared()
-		img := acquireAsync(l, bg, Image)
+		img := acquireAsync(l, bg, ImageJob)
 		waitFor(t, l, "image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
 		l.ReleaseShared()
 		if err := <-img; err != nil {
@@ -615,7 +976,7 @@ func TestTryAcquireExclusive(t *testing.T) {
 		}
 		// Between a hand-over and the next holder's release, and with a
 		// waiter queued behind the holder, a try never jumps the queue.
-		hold := acquireAsync(l, bg, Hold)
+		hold := acquireAsync(l, bg, ExternalHold)
 		waitFor(t, l, "hold waiter", func(s Snapshot) bool { return s.HoldWaiting == 1 })
 		if l.TryAcquireExclusive(ExternalHold) {
 			t.Fatal("granted while an image job holds the lock")
@@ -634,7 +995,7 @@ func TestTryAcquireExclusive(t *testing.T) {
 		// stops a try: an exclusive waiter behind a shared holder.
 		l := New(&recorder{}, Options{})
 		l.TryAcquireShared()
-		img := acquireAsync(l, bg, Image)
+		img := acquireAsync(l, bg, ImageJob)
 		waitFor(t, l, "image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
 		if l.TryAcquireExclusive(ExternalHold) {
 			t.Fatal("granted ahead of a queued waiter")
@@ -666,6 +1027,38 @@ func TestTryAcquireExclusive(t *testing.T) {
 		if r.frees.Load() != 1 {
 			t.Fatalf("frees %d, want 1", r.frees.Load())
 		}
+	})
+	t.Run("presence", func(t *testing.T) {
+		// A presence try takes a free lock, and like any try never jumps
+		// the queue: the front of the queue is for a waiting presence hold.
+		l := New(&recorder{}, Options{})
+		if !l.TryAcquireExclusive(PresenceHold) {
+			t.Fatal("refused on an idle lock")
+		}
+		if s := l.State(); s != Hold {
+			t.Fatalf("state %v, want hold", s)
+		}
+		img := acquireAsync(l, bg, ImageJob)
+		waitFor(t, l, "image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
+		if !l.ReleaseExclusive(false) {
+			t.Fatal("the queued image job was not handed the lock")
+		}
+		if err := <-img; err != nil {
+			t.Fatal(err)
+		}
+		hold := acquireAsync(l, bg, ExternalHold)
+		waitFor(t, l, "hold waiter", func(s Snapshot) bool { return s.HoldWaiting == 1 })
+		if l.TryAcquireExclusive(PresenceHold) {
+			t.Fatal("a presence try granted while the lock is held")
+		}
+		if s := l.Snapshot(); s.HoldWaiting != 1 || s.PresenceWaiting != 0 {
+			t.Fatalf("the refusal left a trace: %+v", s)
+		}
+		l.ReleaseExclusive(false)
+		if err := <-hold; err != nil {
+			t.Fatal(err)
+		}
+		l.ReleaseExclusive(false)
 	})
 	t.Run("kind llm panics", func(t *testing.T) {
 		defer func() {

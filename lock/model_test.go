@@ -18,8 +18,8 @@ const modelFile = "model/turnstile.pml"
 var observers = map[string]bool{"Snapshot": true, "State": true, "OwesFree": true}
 
 // TestModelMatchesCode keeps the Promela model in step with the Go code:
-// the same states in the same order, and one inline per Lock method that
-// changes the lock.
+// the same states in the same order, one exclusive requester per Kind, and
+// one inline per Lock method that changes the lock.
 func TestModelMatchesCode(t *testing.T) {
 	src, err := os.ReadFile(modelFile)
 	if err != nil {
@@ -39,6 +39,19 @@ func TestModelMatchesCode(t *testing.T) {
 	}
 	if !reflect.DeepEqual(modelStates, codeStates) {
 		t.Errorf("model states %v, code states %v", modelStates, codeStates)
+	}
+	var modelKinds []string
+	for _, m := range regexp.MustCompile(`(?m)^#define (\w+)_req\b`).FindAllSubmatch(src, -1) {
+		modelKinds = append(modelKinds, string(m[1]))
+	}
+	var codeKinds []string
+	for k := range Kind(255) {
+		if k.valid() {
+			codeKinds = append(codeKinds, k.String())
+		}
+	}
+	if !reflect.DeepEqual(modelKinds, codeKinds) {
+		t.Errorf("model requesters %v, code kinds %v", modelKinds, codeKinds)
 	}
 	inlines := map[string]bool{}
 	for _, m := range regexp.MustCompile(`(?m)^inline (\w+)\(`).FindAllSubmatch(src, -1) {
@@ -80,10 +93,21 @@ var spinRuns = []spinRun{
 	// Strict image priority (the default) can starve LLM requests: the
 	// reason max_image_streak exists.
 	{name: "LLM request starved under strict priority", defines: []string{"-DNLLM=1", "-DLIVE"}, claim: "llmLive", live: true, fail: true},
+	// Presence holds in the mix: a third requester making one presence
+	// request (three endless exclusive requesters are too many states), or
+	// the hold requester asking for presence holds, endlessly.
+	{name: "safe, presence, 1 LLM, one round each, max_image_streak 1", defines: []string{"-DFINITE", "-DROUNDS=1", "-DNLLM=1", "-DPRESENCE=1", "-DMAX_STREAK=1"}, claim: "safe"},
+	{name: "no deadlock, idle at the end, presence, 1 LLM, max_image_streak 1", defines: []string{"-DFINITE", "-DROUNDS=1", "-DNLLM=1", "-DPRESENCE=1", "-DMAX_STREAK=1"}},
+	{name: "presence first, 1 LLM, one round each, max_image_streak 1", defines: []string{"-DFINITE", "-DROUNDS=1", "-DNLLM=1", "-DPRESENCE=1", "-DMAX_STREAK=1"}, claim: "presenceFirst"},
+	{name: "image requester served, presence", defines: []string{"-DNLLM=1", "-DLIVE", "-DHOLD_IS_PRESENCE"}, claim: "exclLive", live: true},
+	{name: "LLM request served, presence, max_image_streak 1", defines: []string{"-DNLLM=1", "-DLIVE", "-DMAX_STREAK=1", "-DHOLD_IS_PRESENCE"}, claim: "llmLive", live: true},
+	{name: "bounded starvation, presence, max_image_streak 1", defines: []string{"-DNLLM=1", "-DMAX_STREAK=1", "-DHOLD_IS_PRESENCE"}, claim: "bounded"},
 	// The bugs the design warns about: each must be caught.
 	{name: "bug: lock released when /prompt answers", defines: []string{"-DFINITE", "-DROUNDS=1", "-DBUG_RELEASE_ON_PROMPT"}, claim: "safe", fail: true},
 	{name: "bug: hand-over forgets the free it owes", defines: []string{"-DFINITE", "-DROUNDS=1", "-DBUG_SKIP_DEBT"}, claim: "safe", fail: true},
 	{name: "bug: warm-up outside the lock races the unload", defines: []string{"-DFINITE", "-DROUNDS=1", "-DBUG_WARM_UNLOCKED"}, claim: "safe", fail: true},
+	{name: "bug: presence hold queued at the back", defines: []string{"-DFINITE", "-DROUNDS=1", "-DNLLM=1", "-DPRESENCE=1", "-DBUG_PRESENCE_BACK"}, claim: "presenceFirst", fail: true},
+	{name: "bug: presence hold waits for the shared turn", defines: []string{"-DFINITE", "-DROUNDS=1", "-DNLLM=1", "-DPRESENCE=1", "-DMAX_STREAK=1", "-DBUG_PRESENCE_TURN"}, fail: true},
 }
 
 // TestModelCheck verifies the lock's protocol exhaustively with spin (the
@@ -98,7 +122,7 @@ func TestModelCheck(t *testing.T) {
 		t.Skip("no gcc to build spin's verifier")
 	}
 	if testing.Short() {
-		t.Skip("model checking takes about a minute")
+		t.Skip("model checking takes a minute or two")
 	}
 	model, err := os.ReadFile(modelFile)
 	if err != nil {

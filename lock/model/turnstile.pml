@@ -4,23 +4,32 @@
  *
  * Each inline below with a Lock method's name is that method, step for
  * step, with its mutex held as an atomic block; lock/model_test.go checks
- * that the names and the states match the Go code. The world around the
+ * that the names, the states and the exclusive kinds match the Go code. The world around the
  * lock is abstracted to what decides whether the GPU is shared: whether
  * Ollama has a model loaded (or loading), whether ComfyUI runs a job,
  * whether it keeps models after one.
  *
  * Processes: NLLM LLM requests, one image requester, one hold requester,
- * and the warm-up after exclusive use. Each may be cancelled while it
- * waits (a client that goes away); upstream steps may fail.
+ * optionally a presence requester (lock.PresenceHold: a hold that queues
+ * ahead of the image jobs and external holds), and the warm-up after
+ * exclusive use. Each may be cancelled while it waits (a client that goes
+ * away); upstream steps may fail.
  *
  * Build-time switches:
  *   -DMAX_STREAK=N          the fairness option max_image_streak (0: off)
+ *   -DPRESENCE=N            add a presence requester that makes N requests,
+ *                           then stops, also without FINITE (three endless
+ *                           exclusive requesters make too many states)
+ *   -DHOLD_IS_PRESENCE      the hold requester asks for presence holds
+ *                           instead, endlessly unless FINITE
  *   -DFINITE                each requester makes ROUNDS requests, then stops
  *   -DLIVE                  LLM request 0 and the image requester never give
  *                           up (for the liveness properties)
  *   -DBUG_RELEASE_ON_PROMPT the lock is given back when /prompt answers
  *   -DBUG_SKIP_DEBT         a hand-over forgets the free it owes
  *   -DBUG_WARM_UNLOCKED     the warm-up runs without holding the lock
+ *   -DBUG_PRESENCE_BACK     a presence hold queues at the back, like any hold
+ *   -DBUG_PRESENCE_TURN     a presence hold waits for a shared turn that is due
  */
 
 mtype = { idle, llm, image, hold };     /* lock.States, in order */
@@ -34,12 +43,34 @@ mtype = { idle, llm, image, hold };     /* lock.States, in order */
 #ifndef ROUNDS
 #define ROUNDS 2
 #endif
+#ifdef FINITE
+#define FINITE_ROUNDS ROUNDS
+#else
+#define FINITE_ROUNDS 0
+#endif
 #ifdef LIVE
 #define PATIENT 1
 #else
 #define PATIENT 0
 #endif
-#define NEXCL 2                          /* exclusive requesters: 0 image, 1 hold */
+/* The exclusive requesters, one per lock.Kind (lock/model_test.go checks
+   the names against the Go code's kinds): */
+#define image_req    0                   /* lock.ImageJob */
+#define hold_req     1                   /* lock.ExternalHold */
+#define presence_req 2                   /* lock.PresenceHold */
+#if defined(HOLD_IS_PRESENCE)
+#define PRES        hold_req             /* the presence requester: the hold requester, */
+#define NEXCL       2
+#define PRES_ROUNDS FINITE_ROUNDS        /* as many requests as the others */
+#elif defined(PRESENCE)
+#define PRES        presence_req         /* a third requester, */
+#define NEXCL       3
+#define PRES_ROUNDS PRESENCE             /* PRESENCE requests */
+#else
+#define PRES        presence_req         /* none (NEXCL <= PRES) */
+#define NEXCL       2
+#define PRES_ROUNDS 0
+#endif
 
 /* --- the lock's state (lock.Lock's fields) --- */
 byte  shared = 0;                        /* shared holders */
@@ -51,9 +82,11 @@ byte  streak = 0;                        /* exclusive grants in a row while shar
 byte  sharedQ = 0;                       /* shared waiters */
 bool  sWaiting[NLLM];                    /* which LLM requests wait (the gate's waiters) */
 bool  admitted[NLLM];                    /* the gate was opened for them */
-byte  starved0 = 0;                      /* exclusive grants while LLM request 0 waits */
-byte  q[NEXCL];                          /* exclusive waiters, FIFO */
+byte  starved0 = 0;                      /* grants of image jobs and external holds while
+                                            LLM request 0 waits */
+byte  q[NEXCL];                          /* exclusive waiters: presence first, then FIFO */
 byte  qlen = 0;
+byte  npres = 0;                         /* presence waiters, q[0 .. npres-1] (qKinds[PresenceHold]) */
 bool  granted[NEXCL];
 mtype kindOf[NEXCL];
 
@@ -68,13 +101,28 @@ bool warmReq = false;                    /* an exclusive release asked for a war
 bool llmWaiting[NLLM];
 bool exclWaiting[NEXCL];
 
-#define sharedFree   (excl == idle && !freeing && qlen == 0)
-#define turnDue      (MAX_STREAK > 0 && sharedQ > 0 && streak >= MAX_STREAK)
-#define gpuShared    (ollamaLoaded && (comfyRunning || comfyLoaded))
+/* for presenceFirst: imgPassed, the image requester was queued when the
+   presence waiter arrived; overtaken, it was granted before it. */
+bool imgPassed = false;
+bool overtaken = false;
+
+#define sharedFree     (excl == idle && !freeing && qlen == 0)
+#define turnDue        (MAX_STREAK > 0 && sharedQ > 0 && streak >= MAX_STREAK)
+#ifndef BUG_PRESENCE_TURN
+#define exclusiveTurn  (npres > 0 || !turnDue)      /* presence goes first regardless */
+#else
+#define exclusiveTurn  (!turnDue)
+#endif
+#define isPresence(id) (NEXCL > PRES && id == PRES)
+#define limit          (isPresence(id) -> PRES_ROUNDS : FINITE_ROUNDS)   /* requests, 0: endless */
+#define gpuShared      (ollamaLoaded && (comfyRunning || comfyLoaded))
 
 inline addShared() { shared++ }
 
+/* admitSharedWaiters: the shared turn never comes ahead of a presence
+   waiter. */
 inline admitSharedWaiters() {
+	assert(npres == 0);
 	shared = shared + sharedQ;
 	sharedQ = 0;
 	streak = 0;
@@ -93,10 +141,46 @@ inline grantExclusive(w) {
 	:: else -> skip
 	fi;
 	if
-	:: sWaiting[0] && starved0 <= MAX_STREAK && MAX_STREAK > 0 -> starved0++
+	:: sWaiting[0] && !isPresence(w) && starved0 <= MAX_STREAK && MAX_STREAK > 0 -> starved0++
+	:: else -> skip
+	fi;
+	if
+	:: isPresence(w) -> imgPassed = false
+	:: w == image_req && imgPassed -> overtaken = true
 	:: else -> skip
 	fi;
 	granted[w] = true
+}
+
+/* enqueue: a presence waiter goes behind the presence waiters at the
+   front, any other at the back. */
+inline enqueue(id) {
+	if
+#ifndef BUG_PRESENCE_BACK
+	:: isPresence(id) ->
+		i = qlen;
+		do
+		:: i > npres ->
+			q[i] = q[i - 1];
+			if :: q[i] == image_req -> imgPassed = true :: else -> skip fi;
+			i--
+		:: else -> break
+		od;
+		q[npres] = id;
+		npres++;
+		i = 0
+#else
+	:: isPresence(id) ->
+		i = 0;
+		do
+		:: i < qlen -> if :: q[i] == image_req -> imgPassed = true :: else -> skip fi; i++
+		:: else -> i = 0; break
+		od;
+		q[qlen] = id
+#endif
+	:: else -> q[qlen] = id
+	fi;
+	qlen++
 }
 
 /* grantNextExclusive: the first exclusive waiter gets the lock if no
@@ -112,6 +196,7 @@ inline grantNextExclusive(done) {
 		od;
 		qlen--;
 		q[qlen] = 0;
+		if :: npres > 0 -> npres-- :: else -> skip fi;   /* a presence waiter is first */
 		grantExclusive(w);
 		w = 0; i = 0;
 		done = true
@@ -170,7 +255,7 @@ inline AcquireExclusive(id, ok) {
 	d_step {
 		if
 		:: shared == 0 && excl == idle && !freeing && qlen == 0 -> grantExclusive(id)
-		:: else -> q[qlen] = id; qlen++
+		:: else -> enqueue(id)
 		fi
 	}
 	if
@@ -184,6 +269,10 @@ inline AcquireExclusive(id, ok) {
 			:: i < qlen && q[i] != id -> i++
 			:: else -> break
 			od;
+			if
+			:: i < npres -> npres--                  /* a presence waiter leaves */
+			:: else -> skip
+			fi;
 			do
 			:: i + 1 < qlen -> q[i] = q[i + 1]; i++
 			:: else -> break
@@ -191,6 +280,10 @@ inline AcquireExclusive(id, ok) {
 			qlen--;
 			q[qlen] = 0;
 			i = 0;
+			if
+			:: isPresence(id) -> imgPassed = false
+			:: else -> skip
+			fi;
 			if
 			:: qlen == 0 && excl == idle && !freeing && sharedQ > 0 -> admitSharedWaiters()
 			:: else -> skip
@@ -227,7 +320,7 @@ inline ReleaseExclusive(jobRan, handed) {
 	do
 	:: d_step {
 		if
-		:: !turnDue && qlen > 0 && shared == 0 ->
+		:: exclusiveTurn && qlen > 0 && shared == 0 ->
 			grantNextExclusive(done);
 #ifdef BUG_SKIP_DEBT
 			owes = false;
@@ -300,7 +393,7 @@ end:
 	do
 	::
 #ifdef FINITE
-		n < ROUNDS -> n++;
+		n < limit -> n++;
 #endif
 		exclWaiting[id] = true;
 		AcquireExclusive(id, ok);
@@ -341,9 +434,13 @@ release:
 		:: else -> skip
 		fi;
 next:
-		skip
 #ifdef FINITE
-	:: n >= ROUNDS -> break
+		skip
+	:: n >= limit -> break
+#else
+		/* a requester with a limit (the presence requester) stops here */
+endStopped:
+		d_step { (limit == 0 || n + 1 < limit); n = n + (limit > 0) }
 #endif
 	od
 }
@@ -372,21 +469,27 @@ end:
 /* With finite requesters, once nobody can move the lock must be idle. */
 proctype Quiescence() {
 	timeout ->
-	assert(shared == 0 && excl == idle && !freeing && sharedQ == 0 && qlen == 0 && inExcl == 0)
+	assert(shared == 0 && excl == idle && !freeing && sharedQ == 0 && qlen == 0 && npres == 0 && inExcl == 0)
 }
 
 init {
 	byte k;
-	kindOf[0] = image;
-	kindOf[1] = hold;
+	kindOf[image_req] = image;
+	kindOf[hold_req] = hold;
+#if NEXCL > PRES
+	kindOf[PRES] = hold;                  /* a presence hold is state hold too */
+#endif
 	atomic {
 		k = 0;
 		do
 		:: k < NLLM -> run LLMRequest(k); k++
 		:: else -> break
 		od;
-		run Exclusive(0);
-		run Exclusive(1);
+		k = 0;
+		do
+		:: k < NEXCL -> run Exclusive(k); k++
+		:: else -> break
+		od;
 		run Warm();
 #ifdef FINITE
 		run Quiescence()
@@ -404,5 +507,10 @@ ltl exclLive { [] (exclWaiting[0] -> <> !exclWaiting[0]) }
 ltl llmLive { [] (llmWaiting[0] -> <> !llmWaiting[0]) }
 
 /* Bounded starvation with max_image_streak: a waiting LLM request sees at
-   most that many exclusive grants before it is admitted. */
+   most that many grants of image jobs and external holds before it is
+   admitted (presence holds go first regardless). */
 ltl bounded { [] (MAX_STREAK == 0 || starved0 <= MAX_STREAK) }
+
+/* Presence first: a presence waiter is granted before the image waiter
+   that was queued when it arrived. */
+ltl presenceFirst { [] !overtaken }
