@@ -298,8 +298,6 @@ inline AcquireExclusive(id, ok) {
 	fi
 }
 
-/* ReleaseExclusive: hand over to the next exclusive waiter (the debt goes
-   with it), or pay the debt (Free) and admit the shared waiters. */
 /* TryAcquireExclusive: AcquireExclusive's immediate grant, or nothing
    (it never queues). */
 inline TryAcquireExclusive(id, ok) {
@@ -311,6 +309,8 @@ inline TryAcquireExclusive(id, ok) {
 	}
 }
 
+/* ReleaseExclusive: hand over to the next exclusive waiter (the debt goes
+   with it), or pay the debt (Free) and admit the shared waiters. */
 inline ReleaseExclusive(jobRan, handed) {
 	d_step {
 		assert(excl != idle && !freeing);
