@@ -167,3 +167,31 @@ func TestHoldWhileGPUProcess(t *testing.T) {
 		h.waitStatus("the hold released", func(st Status) bool { return len(st.Holds) == 0 })
 	}
 }
+
+// The person at the machine goes first: a presence hold that arrives while
+// a job runs and two wait is granted when the running job ends, before
+// the two; they run once the game is over.
+func TestPresenceHoldGoesBeforeQueuedJobs(t *testing.T) {
+	h := newHarness(t, harnessOptions{settings: "hold_while process mygame*\n\t\tpresence_poll_interval 50ms\n\t\thold_release_after 100ms",
+		comfy: comfyOpts(time.Hour)})
+	ctx := context.Background()
+	h.waitIdle()
+	promptID(t, h.post(ctx, h.image+"/prompt", promptBody(3_600_000)))
+	var queued []<-chan result
+	for i := range 2 {
+		queued = append(queued, h.postAsync(ctx, h.image+"/prompt", promptBody(50)))
+		h.waitStatus("image job queued", func(st Status) bool { return st.ImageWaiting == i+1 })
+	}
+	stop := startGame(t, "MyGame")
+	h.waitStatus("the presence hold queued", func(st Status) bool { return st.HoldWaiting == 1 })
+	h.interruptRunning(h.comfy.URL)
+	st := h.waitStatus("the presence hold granted", func(st Status) bool { return st.State == "hold" && len(st.Holds) == 1 })
+	if st.ImageWaiting != 2 || len(st.Holds) != 1 || st.Holds[0].Source != "presence" {
+		t.Fatalf("status %+v, want the presence hold ahead of both queued jobs", st)
+	}
+	stop()
+	for _, ch := range queued {
+		promptID(t, <-ch)
+	}
+	h.waitIdle()
+}

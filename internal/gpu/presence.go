@@ -12,7 +12,7 @@ import (
 )
 
 // presenceKind is the lock kind of a presence hold.
-var presenceKind = lock.ExternalHold
+const presenceKind = lock.PresenceHold
 
 // presenceState is one presence condition (hold_while) and the hold it
 // has engaged. It is keyed by the sampler's description, so that a reload
