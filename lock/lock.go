@@ -11,10 +11,11 @@
 // whose context ends leaves the queue at once and wakes whoever can now
 // proceed.
 //
-// The lock also tracks one debt: after an image job, ComfyUI may still hold
-// models. That debt passes from one exclusive holder to the next (no free
-// between consecutive image jobs), and is paid through Effects.Free before
-// the GPU goes to shared use or to idle, whoever released last.
+// The lock also tracks one debt: after an image job, the image engine may
+// still hold models (and an LLM engine put to sleep must be woken). That
+// debt passes from one exclusive holder to the next (no free between
+// consecutive image jobs), and is paid through Effects.Free before the GPU
+// goes to shared use or to idle, whoever released last.
 //
 // The package has no goroutines, timers, logging or HTTP: callers bring
 // contexts, and side effects go through the Effects interface.
@@ -25,73 +26,6 @@ import (
 	"context"
 	"sync"
 )
-
-// State is what the GPU is used for.
-type State uint8
-
-// The states, in the order of the gpu_turnstile_state metric.
-const (
-	Idle  State = iota // nobody holds the lock
-	LLM                // one or more shared holders
-	Image              // one exclusive image holder (or its free)
-	Hold               // one exclusive hold (external or presence)
-)
-
-// States lists every State; the model checker's state list is compared
-// against it.
-var States = []State{Idle, LLM, Image, Hold}
-
-func (s State) String() string {
-	switch s {
-	case Idle:
-		return "idle"
-	case LLM:
-		return "llm"
-	case Image:
-		return "image"
-	case Hold:
-		return "hold"
-	}
-	return "unknown"
-}
-
-// Kind is the kind of an exclusive holder: an image job, an external hold
-// or a presence hold. It is its own type, so that neither Idle nor LLM can
-// be passed where an exclusive kind is wanted.
-type Kind uint8
-
-// The kinds of exclusive holders. The two holds differ only in where they
-// queue: both put the lock in state Hold, so whatever goes by the state (a
-// status, the metrics) shows "hold" for either and need not know the
-// presence kind; Kind.String tells them apart.
-const (
-	// ImageJob is an image job: state Image, served in arrival order.
-	ImageJob = Kind(Image)
-	// ExternalHold is an external holder's lease (a training run, a
-	// game): state Hold, served in arrival order.
-	ExternalHold = Kind(Hold)
-	// PresenceHold is a hold for the person at the machine (a game
-	// started there): state Hold, queued ahead of every image job and
-	// external hold that waits, behind earlier presence holds.
-	PresenceHold = Kind(Hold + 1)
-)
-
-// State is the state an exclusive holder of this kind puts the lock in.
-func (k Kind) State() State {
-	if k == PresenceHold {
-		return Hold
-	}
-	return State(k)
-}
-
-func (k Kind) String() string {
-	if k == PresenceHold {
-		return "presence"
-	}
-	return k.State().String()
-}
-
-func (k Kind) valid() bool { return k == ImageJob || k == ExternalHold || k == PresenceHold }
 
 // Effects performs the side effects the lock orders. The lock calls them
 // without holding its mutex, except Transition.
@@ -353,43 +287,6 @@ func (l *Lock) Paid() {
 	l.mu.Lock()
 	l.owesFree = false
 	l.mu.Unlock()
-}
-
-// Snapshot is a consistent view of the lock at one instant.
-type Snapshot struct {
-	State           State
-	Shared          int  // shared holders
-	SharedWaiting   int  // shared waiters
-	ImageWaiting    int  // queued image waiters
-	HoldWaiting     int  // queued hold waiters, external and presence (both are state Hold)
-	PresenceWaiting int  // the presence holds among HoldWaiting
-	Freeing         bool // the last exclusive holder's free is running
-	OwesFree        bool // ComfyUI may still hold a previous job's models
-	Streak          int  // exclusive grants in a row while shared waiters waited
-}
-
-// Snapshot returns the lock's current state.
-func (l *Lock) Snapshot() Snapshot {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return Snapshot{
-		State:           l.stateLocked(),
-		Shared:          l.shared,
-		SharedWaiting:   l.sharedQ,
-		ImageWaiting:    l.qKinds[ImageJob],
-		HoldWaiting:     l.qKinds[ExternalHold] + l.qKinds[PresenceHold],
-		PresenceWaiting: l.qKinds[PresenceHold],
-		Freeing:         l.freeing,
-		OwesFree:        l.owesFree,
-		Streak:          l.streak,
-	}
-}
-
-// State returns the current state.
-func (l *Lock) State() State {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.stateLocked()
 }
 
 func (l *Lock) stateLocked() State {

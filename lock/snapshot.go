@@ -1,0 +1,38 @@
+package lock
+
+// Snapshot is a consistent view of the lock at one instant.
+type Snapshot struct {
+	State           State
+	Shared          int  // shared holders
+	SharedWaiting   int  // shared waiters
+	ImageWaiting    int  // queued image waiters
+	HoldWaiting     int  // queued hold waiters, external and presence (both are state Hold)
+	PresenceWaiting int  // the presence holds among HoldWaiting
+	Freeing         bool // the last exclusive holder's free is running
+	OwesFree        bool // ComfyUI may still hold a previous job's models
+	Streak          int  // exclusive grants in a row while shared waiters waited
+}
+
+// Snapshot returns the lock's current state.
+func (l *Lock) Snapshot() Snapshot {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return Snapshot{
+		State:           l.stateLocked(),
+		Shared:          l.shared,
+		SharedWaiting:   l.sharedQ,
+		ImageWaiting:    l.qKinds[ImageJob],
+		HoldWaiting:     l.qKinds[ExternalHold] + l.qKinds[PresenceHold],
+		PresenceWaiting: l.qKinds[PresenceHold],
+		Freeing:         l.freeing,
+		OwesFree:        l.owesFree,
+		Streak:          l.streak,
+	}
+}
+
+// State returns the current state.
+func (l *Lock) State() State {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stateLocked()
+}
