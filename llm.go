@@ -47,9 +47,9 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 	c := ts.cfg()
 	wait := c.llmWait
 	if c.reject {
-		// Right after start-up the GPU is held only while ComfyUI is
-		// asked whether work is queued; that is no reason to turn
-		// requests away, so they wait for the answer.
+		// Right after start-up the GPU is held only while the engines
+		// are probed (is work queued? is memory held?); that is no reason
+		// to turn requests away, so they wait for the answer.
 		if !ts.Probing() {
 			ts.metrics.busyReject.Inc()
 			return ts.writeBusy(w, r, c, "reject")

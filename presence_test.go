@@ -104,6 +104,7 @@ func fakeSMI(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	script := `#!/bin/sh
+echo "$*" >> "` + dir + `/calls"
 case "$*" in
 *--query-compute-apps*) cat "` + dir + `/compute" 2>/dev/null ;;
 *"-q -d PIDS"*) cat "` + dir + `/pids" 2>/dev/null ;;
@@ -142,6 +143,12 @@ func TestHoldWhileGPUProcess(t *testing.T) {
 	write("pids", smiPIDsHeader+smiProcess(os.Getpid(), "C", "/usr/bin/ollama")+smiProcess(1742, "G", "/usr/lib/xorg/Xorg"))
 	h := newHarness(t, harnessOptions{settings: "hold_while gpu_process except Xorg\n\t\tpresence_poll_interval 50ms\n\t\thold_release_after 200ms"})
 	ctx := context.Background()
+	// Samples that saw the engines' own process and Xorg, and judged them.
+	calls := func() int {
+		b, _ := os.ReadFile(filepath.Join(dir, "calls"))
+		return strings.Count(string(b), "-q -d PIDS")
+	}
+	h.waitStatus("two full samples", func(Status) bool { return calls() >= 2 })
 	// The engines' own process and the excepted desktop do not hold it.
 	for range 3 {
 		if r := h.post(ctx, h.llm+"/api/chat", chatBody("llama3.2", false)); r.status != 200 {
@@ -186,7 +193,7 @@ func TestPresenceHoldGoesBeforeQueuedJobs(t *testing.T) {
 	h.waitStatus("the presence hold queued", func(st Status) bool { return st.HoldWaiting == 1 })
 	h.interruptRunning(h.comfy.URL)
 	st := h.waitStatus("the presence hold granted", func(st Status) bool { return st.State == "hold" && len(st.Holds) == 1 })
-	if st.ImageWaiting != 2 || len(st.Holds) != 1 || st.Holds[0].Source != "presence" {
+	if st.ImageWaiting != 2 || st.Holds[0].Source != "presence" || st.Holds[0].Owner != "process:MyGame" {
 		t.Fatalf("status %+v, want the presence hold ahead of both queued jobs", st)
 	}
 	stop()

@@ -78,8 +78,12 @@ func TestJobUsesTheEngineOfTheConfigCurrentWhenItGetsTheGPU(t *testing.T) {
 		}
 		got <- j
 	}()
+	deadline := time.Now().Add(10 * time.Second)
 	for g.Lock().Snapshot().ImageWaiting == 0 {
-		time.Sleep(time.Millisecond)
+		if time.Now().After(deadline) {
+			t.Fatal("the job never queued")
+		}
+		time.Sleep(time.Millisecond) // the lock has no change signal to wait on
 	}
 	c2 := testConfig()
 	c2.Images = []ImageEngine{renewed}

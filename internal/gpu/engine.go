@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
 )
 
 // The orchestration drives the engines that share the GPU only through
@@ -145,4 +147,17 @@ func mark(err, as error) error {
 		return nil
 	}
 	return marked{mark: as, err: err}
+}
+
+// refusedAsEmpty turns an engine's refused connection into "holds
+// nothing": no process answers on its port, so none of its models runs.
+// Its children could outlive a killed server unseen (Ollama checks for its
+// runners; the others cannot be seen from here): min_free_vram, if set,
+// still checks the card. Any other error is returned as it is.
+func refusedAsEmpty(log *zap.Logger, name string, err error) error {
+	if err != nil && jsonhttp.Refused(err) {
+		log.Warn(name+" refuses connections: counted as not running, so holding no GPU memory (min_free_vram checks the card, if set)", zap.Error(err))
+		return nil
+	}
+	return err
 }

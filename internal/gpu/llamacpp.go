@@ -8,7 +8,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/llamacpp"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/poll"
 )
@@ -74,12 +73,7 @@ func (e *LlamaCpp) Empty(ctx context.Context, log *zap.Logger, _ time.Time) ([]s
 	if err == nil {
 		names, err = e.c.UnloadAll(ctx, e.poll)
 	}
-	contact := err
-	if err != nil && jsonhttp.Refused(err) {
-		log.Warn(e.name+" refuses connections: counted as not running, so holding no GPU memory", zap.Error(err))
-		err = nil
-	}
-	return names, contact, err
+	return names, err, refusedAsEmpty(log, e.name, err)
 }
 
 // UnloadSoon implements LLMEngine. It asks for nothing: a child told to

@@ -7,7 +7,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/llamaswap"
 )
 
@@ -41,12 +40,7 @@ func (e *LlamaSwap) Loaded(ctx context.Context) ([]string, error) {
 // its children, in its process group).
 func (e *LlamaSwap) Empty(ctx context.Context, log *zap.Logger, _ time.Time) ([]string, error, error) {
 	names, err := e.c.Empty(ctx)
-	contact := err
-	if err != nil && jsonhttp.Refused(err) {
-		log.Warn(e.name+" refuses connections: counted as not running, so holding no GPU memory", zap.Error(err))
-		err = nil
-	}
-	return names, contact, err
+	return names, err, refusedAsEmpty(log, e.name, err)
 }
 
 // UnloadSoon implements LLMEngine. It asks for nothing: llama-swap's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -21,6 +22,10 @@ type VLLM struct {
 	name string
 	c    *vllm.Client
 	poll time.Duration
+	// slept is set once this adapter put it to sleep at level 1, until
+	// its wake: only then does is_sleeping prove the weights are off the
+	// GPU (a level-0 sleep, or a partial wake, keeps them there).
+	slept atomic.Bool
 }
 
 // NewVLLM adapts c, the engine named name; /is_sleeping is polled at most
@@ -55,18 +60,25 @@ func (e *VLLM) Loaded(ctx context.Context) ([]string, error) {
 // nothing.
 func (e *VLLM) Empty(ctx context.Context, log *zap.Logger, _ time.Time) ([]string, error, error) {
 	models, err := e.Loaded(ctx)
-	if err == nil && len(models) > 0 {
-		err = e.c.SleepAndConfirm(ctx)
+	if err == nil && len(models) == 0 && !e.slept.Load() {
+		// Asleep, but not by us: at what level is unknown. Wake it (no
+		// other engine runs yet) and sleep it at level 1.
+		if err = e.c.WakeAndConfirm(ctx, e.poll); err == nil {
+			models, err = e.c.Models(ctx)
+		}
 	}
-	contact := err
+	if err == nil && !e.slept.Load() {
+		if err = e.c.SleepAndConfirm(ctx); err == nil {
+			e.slept.Store(true)
+		}
+	}
 	switch {
+	case errors.Is(err, ErrCannotEmpty): // it answered
+		return nil, nil, err
 	case errors.Is(err, vllm.ErrNoSleepMode):
 		return nil, nil, e.noSleep(err)
-	case err != nil && jsonhttp.Refused(err):
-		log.Warn(e.name+" refuses connections: counted as not running, so holding no GPU memory", zap.Error(err))
-		return nil, contact, nil
 	}
-	return models, contact, err
+	return models, err, refusedAsEmpty(log, e.name, err)
 }
 
 // UnloadSoon implements LLMEngine. It asks for nothing: asleep, vLLM
@@ -85,7 +97,10 @@ func (e *VLLM) Asleep(ctx context.Context) (bool, error) { return e.c.IsSleeping
 func (e *VLLM) Wake(ctx context.Context) error {
 	err := e.c.WakeAndConfirm(ctx, e.poll)
 	if err != nil && jsonhttp.Refused(err) {
-		return nil
+		err = nil
+	}
+	if err == nil {
+		e.slept.Store(false)
 	}
 	return err
 }

@@ -61,8 +61,13 @@ func Running(models []Model) []string {
 	return ids
 }
 
+// running reports whether a model may hold or come to hold GPU memory:
+// every status but unloaded and downloaded (a model downloading can be
+// unloaded, and would load once its download ends; a status this client
+// does not know counts as running). An entry with no status is not the
+// router's (a single-model server lists its model so).
 func running(status string) bool {
-	return status == Loaded || status == Loading || status == Sleeping
+	return status != "" && status != Unloaded && status != Downloaded
 }
 
 // Load asks the router to load a model (POST /models/load). The router

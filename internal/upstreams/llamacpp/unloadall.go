@@ -18,8 +18,8 @@ import (
 // listing alone cannot tell from one still exiting.
 const reaskAfter = time.Second
 
-// UnloadAll unloads every model that is loaded, loading or sleeping (there
-// is no unload-all route), then polls GET /models (paced by
+// UnloadAll unloads every model that may run (see Running: loaded,
+// loading, sleeping, downloading; there is no unload-all route), then polls GET /models (paced by
 // poll.New(pollMax)) until all of them are unloaded: the answer to an
 // unload is immediate, the child exits later, and the status turns
 // unloaded only once it has. It returns the models it unloaded. If ctx
