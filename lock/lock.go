@@ -40,6 +40,15 @@ type Effects interface {
 	Transition(from, to State)
 }
 
+// Observer is told of every change of the lock: its state, its holders,
+// its waiters, its debt and its free. If the Effects given to New also
+// implement it, Changed is called with the lock's mutex held and a
+// snapshot taken then, so a change that is undone at once is still seen.
+// It must be quick, must not block and must not call the lock.
+type Observer interface {
+	Changed(Snapshot)
+}
+
 // Options are the lock's policy settings.
 type Options struct {
 	// MaxExclusiveStreak bounds how many exclusive holders in a row may be
@@ -56,8 +65,9 @@ type Options struct {
 
 // Lock is the mode lock. The zero value is not usable; call New.
 type Lock struct {
-	effects Effects
-	opts    Options
+	effects  Effects
+	observer Observer // nil if effects is not one
+	opts     Options
 
 	mu       sync.Mutex
 	shared   int   // shared holders
@@ -84,7 +94,8 @@ type exclWaiter struct {
 
 // New returns an idle lock that orders its side effects through effects.
 func New(effects Effects, opts Options) *Lock {
-	return &Lock{effects: effects, opts: opts, gate: make(chan struct{})}
+	obs, _ := effects.(Observer)
+	return &Lock{effects: effects, observer: obs, opts: opts, gate: make(chan struct{})}
 }
 
 // SetOptions changes the policy; it applies from the next decision on.
@@ -101,6 +112,7 @@ func (l *Lock) TryAcquireShared() bool {
 	ok := l.sharedFree()
 	if ok {
 		l.addShared(1)
+		l.changed()
 	}
 	l.mu.Unlock()
 	return ok
@@ -116,12 +128,12 @@ func (l *Lock) AcquireShared(ctx context.Context) error {
 	l.mu.Lock()
 	if l.sharedFree() {
 		l.addShared(1)
-		l.mu.Unlock()
+		l.unlockChanged()
 		return nil
 	}
 	gate := l.gate
 	l.sharedQ++
-	l.mu.Unlock()
+	l.unlockChanged()
 
 	select {
 	case <-gate:
@@ -136,7 +148,7 @@ func (l *Lock) AcquireShared(ctx context.Context) error {
 			l.ReleaseShared()
 		default:
 			l.sharedQ--
-			l.mu.Unlock()
+			l.unlockChanged()
 		}
 		return ctx.Err()
 	}
@@ -154,7 +166,7 @@ func (l *Lock) ReleaseShared() {
 	if l.shared == 0 && !l.grantNextExclusive(LLM) {
 		l.effects.Transition(LLM, Idle)
 	}
-	l.mu.Unlock()
+	l.unlockChanged()
 }
 
 // AcquireExclusive takes the lock for one exclusive holder of the given
@@ -175,12 +187,12 @@ func (l *Lock) AcquireExclusive(ctx context.Context, kind Kind) error {
 	l.mu.Lock()
 	if l.shared == 0 && l.excl == Idle && !l.freeing && l.exclQ.Len() == 0 {
 		l.grantExclusive(kind, Idle)
-		l.mu.Unlock()
+		l.unlockChanged()
 		return nil
 	}
 	w := &exclWaiter{kind: kind, ready: make(chan struct{})}
 	elem := l.enqueue(w)
-	l.mu.Unlock()
+	l.unlockChanged()
 
 	select {
 	case <-w.ready:
@@ -202,7 +214,7 @@ func (l *Lock) AcquireExclusive(ctx context.Context, kind Kind) error {
 			if l.exclQ.Len() == 0 && l.excl == Idle && !l.freeing && l.sharedQ > 0 {
 				l.admitSharedWaiters()
 			}
-			l.mu.Unlock()
+			l.unlockChanged()
 		}
 		return ctx.Err()
 	}
@@ -223,6 +235,7 @@ func (l *Lock) TryAcquireExclusive(kind Kind) bool {
 		return false
 	}
 	l.grantExclusive(kind, Idle)
+	l.changed()
 	return true
 }
 
@@ -243,7 +256,7 @@ func (l *Lock) ReleaseExclusive(jobRan bool) (handedOver bool) {
 	l.owesFree = l.owesFree || jobRan
 	for {
 		if l.exclusiveTurn() && l.grantNextExclusive(l.excl) {
-			l.mu.Unlock()
+			l.unlockChanged()
 			return true
 		}
 		if !l.owesFree {
@@ -252,7 +265,7 @@ func (l *Lock) ReleaseExclusive(jobRan bool) (handedOver bool) {
 		// Pay the debt while still exclusive: a waiter that arrives
 		// meanwhile queues, and is served once the free is done.
 		l.freeing = true
-		l.mu.Unlock()
+		l.unlockChanged()
 		l.effects.Free()
 		l.mu.Lock()
 		l.freeing = false
@@ -270,7 +283,7 @@ func (l *Lock) ReleaseExclusive(jobRan bool) (handedOver bool) {
 		// the exclusive waiters it held back.
 		l.grantNextExclusive(Idle)
 	}
-	l.mu.Unlock()
+	l.unlockChanged()
 	return false
 }
 
@@ -286,6 +299,19 @@ func (l *Lock) OwesFree() bool {
 func (l *Lock) Paid() {
 	l.mu.Lock()
 	l.owesFree = false
+	l.unlockChanged()
+}
+
+// changed tells the observer, if any, of a change; l.mu is held.
+func (l *Lock) changed() {
+	if l.observer != nil {
+		l.observer.Changed(l.snapshotLocked())
+	}
+}
+
+// unlockChanged tells the observer of a change and unlocks l.mu.
+func (l *Lock) unlockChanged() {
+	l.changed()
 	l.mu.Unlock()
 }
 

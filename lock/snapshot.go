@@ -17,6 +17,10 @@ type Snapshot struct {
 func (l *Lock) Snapshot() Snapshot {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.snapshotLocked()
+}
+
+func (l *Lock) snapshotLocked() Snapshot {
 	return Snapshot{
 		State:           l.stateLocked(),
 		Shared:          l.shared,

@@ -1,6 +1,8 @@
 package gpu
 
 import (
+	"context"
+	"slices"
 	"time"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
@@ -34,23 +36,61 @@ type activity struct {
 type waiter struct {
 	kind  lock.State
 	since time.Time
+	Waiter
+}
+
+// Waiter is what the status shows of a request that waits for the GPU,
+// beyond its kind and since when: the caller knows it, and hands it in
+// with WithWaiter.
+type Waiter struct {
+	Path  string // the request's path
+	Model string // the model the request names, if known without reading more of it
+	Owner string // a hold's owner
+}
+
+// WaiterStatus is one waiting request as the status shows it.
+type WaiterStatus struct {
+	Kind  string    `json:"kind"` // llm, image or hold
+	Since time.Time `json:"since"`
+	Path  string    `json:"path,omitempty"`
+	Model string    `json:"model,omitempty"`
+	Owner string    `json:"owner,omitempty"`
+}
+
+// maxWaitersShown bounds the waiters the status lists: the oldest are the
+// ones to explain.
+const maxWaitersShown = 100
+
+type waiterKey struct{}
+
+// WithWaiter returns ctx carrying w: a wait for the GPU under ctx shows
+// w in the status.
+func WithWaiter(ctx context.Context, w Waiter) context.Context {
+	return context.WithValue(ctx, waiterKey{}, w)
+}
+
+func waiterFrom(ctx context.Context) Waiter {
+	w, _ := ctx.Value(waiterKey{}).(Waiter)
+	return w
 }
 
 // wait records a request that starts to wait for the GPU; the returned
 // func records the end of its wait.
-func (g *GPU) wait(kind lock.State, since time.Time) (done func()) {
+func (g *GPU) wait(ctx context.Context, kind lock.State, since time.Time) (done func()) {
 	g.mu.Lock()
 	g.act.lastID++
 	id := g.act.lastID
 	if g.act.waiters == nil {
 		g.act.waiters = map[uint64]waiter{}
 	}
-	g.act.waiters[id] = waiter{kind: kind, since: since}
+	g.act.waiters[id] = waiter{kind: kind, since: since, Waiter: waiterFrom(ctx)}
 	g.mu.Unlock()
+	g.notify()
 	return func() {
 		g.mu.Lock()
 		delete(g.act.waiters, id)
 		g.mu.Unlock()
+		g.notify()
 	}
 }
 
@@ -66,6 +106,23 @@ func (a *activity) oldestWait() time.Time {
 	return o
 }
 
+// waiterList returns the oldest waiters, oldest first; g.mu is held.
+func (a *activity) waiterList() []WaiterStatus {
+	ids := make([]uint64, 0, len(a.waiters))
+	for id := range a.waiters {
+		ids = append(ids, id)
+	}
+	// Ids grow in the order waits began.
+	slices.Sort(ids)
+	ids = ids[:min(len(ids), maxWaitersShown)]
+	out := make([]WaiterStatus, len(ids))
+	for i, id := range ids {
+		w := a.waiters[id]
+		out[i] = WaiterStatus{Kind: w.kind.String(), Since: w.since, Path: w.Path, Model: w.Model, Owner: w.Owner}
+	}
+	return out
+}
+
 func (g *GPU) setJob(j *Job) {
 	g.mu.Lock()
 	g.act.job = j
@@ -73,6 +130,7 @@ func (g *GPU) setJob(j *Job) {
 		g.pokeDirect()
 	}
 	g.mu.Unlock()
+	g.notify()
 }
 
 // setPhase changes the phase of the image work holding the GPU.
@@ -84,6 +142,7 @@ func (g *GPU) setPhase(phase string) {
 		g.act.job = &j
 	}
 	g.mu.Unlock()
+	g.notify()
 }
 
 func (g *GPU) setPromptID(id string) {
@@ -94,6 +153,7 @@ func (g *GPU) setPromptID(id string) {
 		g.act.job = &j
 	}
 	g.mu.Unlock()
+	g.notify()
 }
 
 // Probing reports whether the start-up probe holds the GPU: the image
@@ -135,6 +195,7 @@ func (g *GPU) setWarming(on bool) {
 	g.mu.Lock()
 	g.act.warming = on
 	g.mu.Unlock()
+	g.notify()
 }
 
 // ImageJobRunning reports whether an image job holds the GPU now.

@@ -89,6 +89,7 @@ type GPU struct {
 	lock    *lock.Lock
 	metrics Metrics
 	history *history
+	hub     *hub // the live events (events.go)
 
 	cfgp atomic.Pointer[Config]
 	logp atomic.Pointer[zap.Logger]
@@ -135,12 +136,14 @@ func New(name string, m Metrics) *GPU {
 		name:    name,
 		metrics: m,
 		history: newHistory(historySize),
+		hub:     newHub(),
 		ctx:     ctx,
 		cancel:  cancel,
 		act:     activity{holds: map[string]*Hold{}},
 		since:   time.Now(),
 	}
 	g.logp.Store(zap.NewNop())
+	g.history.recorded = g.recorded
 	g.lock = lock.New(g, lock.Options{})
 	// What the LLM engine was doing before Caddy started is unknown: the
 	// first emptying is confirmed as after an abnormal end, long ago.
@@ -165,6 +168,7 @@ func (g *GPU) Close() {
 	}
 	g.mu.Unlock()
 	g.cancel()
+	g.hub.closeAll()
 	g.goMu.Lock()
 	g.closed = true
 	g.goMu.Unlock()
@@ -303,4 +307,7 @@ func randomID() string {
 }
 
 // Interface guards
-var _ lock.Effects = (*GPU)(nil)
+var (
+	_ lock.Effects  = (*GPU)(nil)
+	_ lock.Observer = (*GPU)(nil)
+)

@@ -19,6 +19,8 @@ type history struct {
 	transitions ring[TransitionEntry]
 	jobs        ring[JobEntry]
 	events      ring[EventEntry]
+	// recorded is told of each job and step recorded, outside mu.
+	recorded func(event string, v any)
 }
 
 type TransitionEntry struct {
@@ -70,12 +72,19 @@ func (h *history) addJob(j JobEntry) {
 	h.mu.Lock()
 	h.jobs.add(j)
 	h.mu.Unlock()
+	if h.recorded != nil {
+		h.recorded("job", j)
+	}
 }
 
 func (h *history) addEvent(kind string, took time.Duration, detail string) {
+	e := EventEntry{At: time.Now(), Kind: kind, Seconds: took.Seconds(), Detail: detail}
 	h.mu.Lock()
-	h.events.add(EventEntry{At: time.Now(), Kind: kind, Seconds: took.Seconds(), Detail: detail})
+	h.events.add(e)
 	h.mu.Unlock()
+	if h.recorded != nil {
+		h.recorded("step", e)
+	}
 }
 
 // HistoryView is the JSON form of a history.

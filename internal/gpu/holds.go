@@ -88,6 +88,9 @@ var ErrHoldPrepare = errors.New("the GPU could not be emptied for the hold")
 // went away), no hold is left behind.
 func (g *GPU) TakeHold(ctx context.Context, owner string, ttl time.Duration) (*Hold, error) {
 	start := time.Now()
+	w := waiterFrom(ctx)
+	w.Owner = owner
+	ctx = WithWaiter(ctx, w)
 	if err := g.acquireExclusive(ctx, lock.ExternalHold); err != nil {
 		g.metrics.HoldEvent("cancelled")
 		return nil, err
@@ -128,6 +131,7 @@ func (g *GPU) grantHold(ctx context.Context, owner string, ttl time.Duration, st
 	g.mu.Lock()
 	g.act.holds[h.ID] = h
 	g.mu.Unlock()
+	g.notify()
 	if source == sourcePresence {
 		g.metrics.HoldEvent("presence")
 	} else {
@@ -242,6 +246,7 @@ func (h *Hold) End(reason string) bool {
 	g.mu.Lock()
 	delete(g.act.holds, h.ID)
 	g.mu.Unlock()
+	g.notify()
 	g.metrics.HoldEvent(reason)
 	g.log().Info("GPU hold ended", zap.String("hold", h.ID), zap.String("owner", h.Owner),
 		zap.String("reason", reason), zap.Duration("held", time.Since(h.Since)))

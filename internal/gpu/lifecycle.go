@@ -15,7 +15,7 @@ import (
 // an LLM request that could not have one at once; the wait shows in the
 // status. The caller releases it with Lock().ReleaseShared.
 func (g *GPU) AcquireShared(ctx context.Context) error {
-	done := g.wait(lock.LLM, time.Now())
+	done := g.wait(ctx, lock.LLM, time.Now())
 	err := g.lock.AcquireShared(ctx)
 	done()
 	return err
@@ -29,7 +29,7 @@ func (g *GPU) acquireExclusive(ctx context.Context, kind lock.Kind) error {
 		g.spawn(func() { g.unloadEarly(c) })
 	}
 	start := time.Now()
-	done := g.wait(kind.State(), start)
+	done := g.wait(ctx, kind.State(), start)
 	err := g.lock.AcquireExclusive(ctx, kind)
 	done()
 	if err != nil {

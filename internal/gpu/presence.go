@@ -127,6 +127,7 @@ func (g *GPU) releasePresence(st *presenceState) {
 // engines and returns a hold with no lease: it lasts until released.
 func (g *GPU) takePresence(ctx context.Context, owner string) (*Hold, error) {
 	start := time.Now()
+	ctx = WithWaiter(ctx, Waiter{Owner: owner})
 	if err := g.acquireExclusive(ctx, presenceKind); err != nil {
 		return nil, err
 	}

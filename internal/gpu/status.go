@@ -29,14 +29,17 @@ type Status struct {
 	Freeing bool `json:"freeing"`
 	// FreeOwed is true while ComfyUI may hold a finished job's models
 	// (between consecutive image jobs).
-	FreeOwed   bool                      `json:"free_owed"`
-	Since      time.Time                 `json:"since"`
-	LastSwitch *time.Time                `json:"last_switch,omitempty"`
-	Job        *JobStatus                `json:"job,omitempty"`
-	Holds      []HoldStatus              `json:"holds"`
-	Presence   []PresenceStatus          `json:"presence,omitempty"` // the hold_while conditions
-	Engines    []EngineStatus            `json:"engines"`
-	Upstreams  map[string]UpstreamStatus `json:"upstreams"`
+	FreeOwed   bool       `json:"free_owed"`
+	Since      time.Time  `json:"since"`
+	LastSwitch *time.Time `json:"last_switch,omitempty"`
+	Job        *JobStatus `json:"job,omitempty"`
+	// Waiters are the requests waiting for the GPU, oldest first, at
+	// most maxWaitersShown.
+	Waiters   []WaiterStatus            `json:"waiters"`
+	Holds     []HoldStatus              `json:"holds"`
+	Presence  []PresenceStatus          `json:"presence,omitempty"` // the hold_while conditions
+	Engines   []EngineStatus            `json:"engines"`
+	Upstreams map[string]UpstreamStatus `json:"upstreams"`
 }
 
 // EngineStatus is what is known of one engine.
@@ -70,8 +73,10 @@ type UpstreamStatus struct {
 }
 
 // Status returns what the GPU is doing now.
-func (g *GPU) Status() Status {
-	snap := g.lock.Snapshot()
+func (g *GPU) Status() Status { return g.statusAt(g.lock.Snapshot()) }
+
+// statusAt returns the status with the lock as snap shows it.
+func (g *GPU) statusAt(snap lock.Snapshot) Status {
 	now := time.Now()
 	st := Status{
 		State:        snap.State.String(),
@@ -105,6 +110,7 @@ func (g *GPU) Status() Status {
 	for _, h := range a.holds {
 		st.Holds = append(st.Holds, h.Status())
 	}
+	st.Waiters = a.waiterList()
 	st.Presence = g.presenceStatus(g.cfg())
 	g.mu.Unlock()
 	if st.Warming && st.LLMInflight > 0 {
