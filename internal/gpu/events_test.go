@@ -114,7 +114,9 @@ func TestEventsFollowAnLLMRequestAndAnImageJob(t *testing.T) {
 		sawJob = sawJob || r.name == "job"
 		return sawJob && r.name == "status" && r.status.State == "idle"
 	})
-	llm := indexOf(evs, 0, func(r received) bool { return r.name == "status" && r.status.State == "llm" && r.status.LLMInflight == 1 })
+	llm := indexOf(evs, 0, func(r received) bool {
+		return r.name == "status" && r.status.State == "llm" && r.status.LLMInflight == 1
+	})
 	idle := indexOf(evs, llm+1, func(r received) bool { return r.name == "status" && r.status.State == "idle" })
 	image := indexOf(evs, idle+1, func(r received) bool { return r.name == "status" && r.status.State == "image" })
 	unload := indexOf(evs, image+1, func(r received) bool { return r.name == "step" && r.step.Kind == "unload" })
