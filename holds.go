@@ -216,7 +216,7 @@ func (hr holdRoutes) create(w http.ResponseWriter, r *http.Request) error {
 	if req.Wait != nil && !*req.Wait {
 		h, err = ts.TryHold(r.Context(), owner, ttl)
 	} else {
-		h, err = ts.TakeHold(r.Context(), owner, ttl)
+		h, err = ts.TakeHold(gpu.WithWaiter(r.Context(), gpu.Waiter{Path: r.URL.Path}), owner, ttl)
 	}
 	switch {
 	case err == nil:

@@ -37,7 +37,7 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 	}
 	defer ticket.done()
 	start := time.Now()
-	job, err := ts.BeginImage(r.Context(), e.Name())
+	job, err := ts.BeginImage(gpu.WithWaiter(r.Context(), waiterOf(r, ticket, false)), e.Name())
 	ticket.stopWaiting()
 	if err != nil {
 		if errors.Is(err, gpu.ErrNoEngine) {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 )
 
 // waitBodyLimit bounds how much of a request body is read into memory
@@ -62,7 +64,7 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 	}
 	defer ticket.done()
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(r.Context(), wait)
+	ctx, cancel := context.WithTimeout(gpu.WithWaiter(r.Context(), waiterOf(r, ticket, true)), wait)
 	err = ts.AcquireShared(ctx)
 	cancel()
 	ticket.stopWaiting()

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 )
@@ -50,8 +52,14 @@ func findChromium() string {
 
 // TestStatusPageInABrowser loads the page in headless Chromium through a
 // real Caddy, under the page's own CSP, and watches it follow the GPU from
-// llm to image and back without a reload.
+// llm to image and back without a reload: on the event stream, and by
+// polling in a browser without EventSource.
 func TestStatusPageInABrowser(t *testing.T) {
+	t.Run("stream", func(t *testing.T) { testStatusPage(t, false) })
+	t.Run("polling", func(t *testing.T) { testStatusPage(t, true) })
+}
+
+func testStatusPage(t *testing.T, polling bool) {
 	chromium := findChromium()
 	if chromium == "" {
 		t.Skip("no Chromium found (Debian package chromium); .ci/run installs it")
@@ -94,6 +102,21 @@ func TestStatusPageInABrowser(t *testing.T) {
 		return s
 	}
 
+	if polling {
+		// A browser without EventSource; the page must poll instead.
+		if _, err := chromedp.Run(ctx, func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+			_, err := cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument,
+				page.AddScriptToEvaluateOnNewDocumentParams{Source: "delete window.EventSource;"})
+			return chromedp.Void{}, err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mode := "(stream)"
+	if polling {
+		mode = "(polling)"
+	}
+
 	resume := h.ollama.HoldChats()
 	finish := h.streamStart(context.Background(), "/api/chat", chatBody("llama3.2", true))
 	if _, err := chromedp.Run(ctx, chromedp.Navigate(h.llm+"/healthz?view=html")); err != nil {
@@ -101,6 +124,9 @@ func TestStatusPageInABrowser(t *testing.T) {
 	}
 	if err := waitState("LLM"); err != nil {
 		t.Fatalf("page never showed LLM (a blocked script shows nothing): %v; problems %v", err, problems)
+	}
+	if err := poll(`document.getElementById("conn").textContent.includes("` + mode + `")`); err != nil {
+		t.Fatalf("the page is not live %s: %v; %q", mode, err, text("#conn"))
 	}
 	if err := poll(`document.getElementById("waiting").textContent.includes("Bodies buffered0 B of 256 MiB")`); err != nil {
 		t.Fatalf("the page does not show the wait buffer: %v; %q", err, text("#waiting"))
@@ -119,8 +145,13 @@ func TestStatusPageInABrowser(t *testing.T) {
 	if err := poll(`document.getElementById("upstreams").textContent.includes("image comfyui: running, reachable, websocket up")`); err != nil {
 		t.Fatalf("the page does not show the engines: %v; %q", err, text("#upstreams"))
 	}
+	waiting := h.postAsync(context.Background(), h.llm+"/api/chat", chatBody("qwen3:8b", false))
+	if err := poll(`document.getElementById("waiters").textContent.includes("llm /api/chat · qwen3:8b")`); err != nil {
+		t.Fatalf("the page does not list the waiting chat: %v; %q", err, text("#waiters"))
+	}
 	shot := screenshot(t, ctx, "status-page-image.png")
 	h.interruptRunning(h.comfy.URL)
+	<-waiting
 	if err := waitState("IDLE"); err != nil {
 		t.Fatalf("page did not come back to IDLE: %v", err)
 	}
@@ -134,7 +165,7 @@ func TestStatusPageInABrowser(t *testing.T) {
 	if !strings.Contains(jobs, id[:8]) {
 		t.Fatalf("jobs table %q lacks the job %s", jobs, id[:8])
 	}
-	screenshot(t, ctx, "status-page-idle.png")
+	screenshot(t, ctx, "status-page-idle"+strings.Trim(mode, "()")+".png")
 	mu.Lock()
 	defer mu.Unlock()
 	if len(problems) > 0 {

@@ -36,6 +36,7 @@ func newTurnstile(name string) *turnstile {
 	ts := &turnstile{GPU: gpu.New(name, m), name: name, metrics: m}
 	ts.lock = ts.GPU.Lock()
 	ts.logp.Store(zap.NewNop())
+	ts.SetStatusView(func(g gpu.Status) any { return ts.statusOf(g) })
 	return ts
 }
 

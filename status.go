@@ -26,8 +26,11 @@ type Status struct {
 	WaitingLimit int `json:"waiting_limit,omitempty"`
 }
 
-func (ts *turnstile) status() Status {
-	st := Status{Status: ts.GPU.Status()}
+func (ts *turnstile) status() Status { return ts.statusOf(ts.GPU.Status()) }
+
+// statusOf is the status JSON of the GPU's status g.
+func (ts *turnstile) statusOf(g gpu.Status) Status {
+	st := Status{Status: g}
 	c := ts.cfg()
 	st.WaitBuffer = ts.budget.status(c)
 	if c != nil {
@@ -43,14 +46,16 @@ func (st Status) llmReady() bool {
 
 // StatusHandler answers with a turnstile's status: JSON by default, the
 // live status page for browsers (Accept: text/html, or ?view=html), the
-// recent history with ?view=history. With ?ready=llm it answers 503 while
+// live events as Server-Sent Events (Accept: text/event-stream, or
+// ?view=events), the recent history with ?view=history. With ?ready=llm it answers 503 while
 // an LLM request would have to wait, for health checks that route LLM
 // traffic to another GPU host.
 type StatusHandler struct {
 	// The turnstile to report. Default "default".
 	Turnstile string `json:"turnstile,omitempty"`
 
-	ts *turnstile
+	ts   *turnstile
+	done <-chan struct{} // closed when the config that serves this ends
 }
 
 // CaddyModule returns the Caddy module information.
@@ -68,6 +73,7 @@ func (h *StatusHandler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.ts = ts
+	h.done = ctx.Done()
 	return nil
 }
 
@@ -81,6 +87,8 @@ func (h *StatusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ cadd
 			since, _ = time.Parse(time.RFC3339Nano, s)
 		}
 		return writeJSON(w, http.StatusOK, h.ts.History(since))
+	case view == "events" || (view == "" && wantsEvents(r)):
+		return h.serveEvents(w, r)
 	case view == "html" || (view == "" && wantsHTML(r)):
 		return servePage(w)
 	}

@@ -1,0 +1,90 @@
+package turnstile
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
+)
+
+// keepAliveEvery is how often an idle event stream gets a comment line,
+// so that proxies and browsers keep it open (the contract says at least
+// every 15 s).
+const keepAliveEvery = 10 * time.Second
+
+// retryMillis is how soon a browser reconnects a stream that ended: one
+// dropped for falling behind, or ended by a config reload.
+const retryMillis = 2000
+
+// wantsEvents reports whether r asks for the live event stream.
+func wantsEvents(r *http.Request) bool {
+	return strings.Contains(r.Header.Get("Accept"), "text/event-stream")
+}
+
+// serveEvents streams the turnstile's live events as Server-Sent Events:
+// the status at once, then a status within 100 ms of each change, each
+// timed step and each image job's end, until the client goes, the config
+// that serves it is unloaded (so that a reload never waits for a stream;
+// the browser reconnects to the new one) or the client falls behind and
+// is dropped.
+func (h *StatusHandler) serveEvents(w http.ResponseWriter, r *http.Request) error {
+	sub := h.ts.Subscribe()
+	defer sub.Close()
+	rc := http.NewResponseController(w)
+	// A stream outlives the server's write timeout, if it has one.
+	_ = rc.SetWriteDeadline(time.Time{})
+	hdr := w.Header()
+	hdr.Set("Content-Type", "text/event-stream")
+	hdr.Set("Cache-Control", "no-store")
+	hdr.Set("X-Accel-Buffering", "no") // nginx in front: do not buffer
+	w.WriteHeader(http.StatusOK)
+
+	first, err := json.Marshal(h.ts.status())
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	buf.WriteString("retry: " + strconv.Itoa(retryMillis) + "\n")
+	writeEvent(&buf, gpu.Event{Name: "status", Data: first})
+	keepAlive := time.NewTicker(keepAliveEvery)
+	defer keepAlive.Stop()
+	for {
+		if _, err := w.Write(buf.Bytes()); err != nil {
+			return nil // the client went away
+		}
+		if err := rc.Flush(); err != nil {
+			return nil
+		}
+		buf.Reset()
+		select {
+		case ev, ok := <-sub.C:
+			if !ok {
+				if sub.Dropped() {
+					w.Write([]byte(": dropped: this stream fell behind; reconnect\n\n"))
+				}
+				return nil
+			}
+			writeEvent(&buf, ev)
+		case <-keepAlive.C:
+			buf.WriteString(": keep-alive\n\n")
+		case <-r.Context().Done():
+			return nil
+		case <-h.done:
+			return nil
+		}
+	}
+}
+
+// writeEvent appends ev in the event stream's format. Its data is JSON on
+// one line.
+func writeEvent(buf *bytes.Buffer, ev gpu.Event) {
+	buf.WriteString("event: ")
+	buf.WriteString(ev.Name)
+	buf.WriteString("\ndata: ")
+	buf.Write(ev.Data)
+	buf.WriteString("\n\n")
+}
