@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the Caddy binary the image ships, then checks it: static, with
-# the plugin, and adapting the config the image ships. The Dockerfile's
-# builder stage runs this script and so does CI (.ci/run), so a step that
-# breaks the image build breaks CI too, even where no Docker engine runs.
+# the plugin, and adapting the configs the image and the compose stack
+# use. The Dockerfile's builder stage runs this script and so does CI
+# (.ci/run), so a step that breaks the image build breaks CI too, even
+# where no Docker engine runs.
 #
 #   examples/docker/build.sh [OUT]     -> OUT (default ./caddy)
 #
@@ -46,7 +47,7 @@ fi
 
 "$out" version
 "$out" list-modules | grep -x gpu_turnstile >/dev/null || fail "$out lacks the gpu_turnstile module"
-for f in examples/workstation/Caddyfile; do
+for f in examples/workstation/Caddyfile examples/compose/Caddyfile; do
 	"$out" adapt --config "$f" --adapter caddyfile >/dev/null || fail "$f does not adapt"
 	echo "adapts: $f"
 done
