@@ -275,3 +275,24 @@ func BenchmarkLockWithSubscribers(b *testing.B) {
 		})
 	}
 }
+
+// TestUnsignalledChangeIsSent renews a hold, which changes the status
+// (its expiry) without telling anyone: the recheck finds and sends it.
+func TestUnsignalledChangeIsSent(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	h, err := f.g.TakeHold(context.Background(), "test", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.End("released")
+	s := f.g.Subscribe()
+	defer s.Close()
+	// The recheck sends the status once: nothing was sent to this
+	// subscriber before it.
+	collect(t, s, func(r received) bool { return r.name == "status" && len(r.status.Holds) == 1 })
+	h.Renew(time.Hour)
+	collect(t, s, func(r received) bool {
+		return r.name == "status" && len(r.status.Holds) == 1 && time.Until(r.status.Holds[0].ExpiresAt) > 30*time.Minute
+	})
+}
