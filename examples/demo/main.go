@@ -189,6 +189,7 @@ Still serving. Try, in another terminal:
   %s
   %s
   curl %s/healthz
+  curl -N '%[3]s/healthz?view=events'   (the live events)
   open %[3]s/healthz?view=html in a browser for the live status page
 Ctrl-C to stop.
 `, d.llmKind.try(d.llm), fmt.Sprintf(d.imageKind.try, d.image), d.llm)
