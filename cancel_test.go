@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy/comfytest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
 )
@@ -62,6 +65,37 @@ func TestAdminCancelAnswersOnceTheJobHasStopped(t *testing.T) {
 	}
 }
 
+// The status handler cancels only with controls: the one on the LLM site
+// has them, the one on the image site does not.
+func TestStatusHandlerCancelsOnlyWithControls(t *testing.T) {
+	h := newHarness(t, harnessOptions{comfy: comfytest.Options{JobDuration: time.Hour}, edit: func(cf string) string {
+		return strings.Replace(cf, "gpu_turnstile_status\n", "gpu_turnstile_status {\n\t\t\tcontrols\n\t\t}\n", 1)
+	}})
+	with, without := h.llm+"/healthz", h.image+"/healthz"
+
+	if r := h.do("DELETE", without+"?view=job", ""); r.status != 405 || r.header.Get("Allow") != "GET, HEAD" || !strings.Contains(r.body, "no `controls`") {
+		t.Fatalf("DELETE without controls: %d %v %v %s", r.status, r.err, r.header, r.body)
+	}
+	if r := h.do("DELETE", with, ""); r.status != 400 || !strings.Contains(r.body, "?view=job") {
+		t.Fatalf("DELETE without ?view=job: %d %v %s", r.status, r.err, r.body)
+	}
+	if r := h.do("DELETE", with+"?view=job", ""); r.status != 404 || !strings.Contains(r.body, `"error":"gpu_turnstile: turnstile \"default\": no image job runs`) {
+		t.Fatalf("DELETE when idle: %d %s", r.status, r.body)
+	}
+	id := h.runningJob(t)
+	r := h.do("DELETE", with+"?view=job", "")
+	h.checkCancelled(t, r, `{"prompt_id":"`+id+`","engine":"comfyui","outcome":"interrupted"}`, "comfy", "job "+id+" end execution_interrupted")
+	h.waitIdle()
+
+	// The page shows its button only with controls.
+	for url, want := range map[string]bool{with: true, without: false} {
+		page := h.do("GET", url+"?view=html", "")
+		if got := strings.Contains(page.body, `<body data-controls="on">`); got != want || !strings.Contains(page.body, `id="cancel"`) {
+			t.Errorf("%s: page with controls %v, want %v", url, got, want)
+		}
+	}
+}
+
 // An A1111 job is the request itself: the cancel answers once the request
 // has ended, which is at the job's next step after the interrupt.
 func TestCancelA1111Job(t *testing.T) {
@@ -76,4 +110,90 @@ func TestCancelA1111Job(t *testing.T) {
 		t.Fatalf("txt2img: %d %s", r.status, r.body)
 	}
 	m.waitIdle()
+}
+
+func TestStatusControlsCaddyfile(t *testing.T) {
+	cfg, err := adapt(t, globalBlock+":11434 {\n\tgpu_turnstile_status {\n\t\tcontrols\n\t}\n}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := jsonString(t, cfg); !strings.Contains(s, `{"controls":true,"handler":"gpu_turnstile_status"}`) {
+		t.Fatalf("adapted: %s", s)
+	}
+	for input, want := range map[string]string{
+		"gpu_turnstile_status {\n\t\tcontrols on\n\t}":            "controls takes no argument",
+		"gpu_turnstile_status {\n\t\tcontrols\n\t\tcontrols\n\t}": "controls: given twice",
+		"gpu_turnstile_holds {\n\t\tcontrols\n\t}":                `gpu_turnstile_holds: unknown option "controls"`,
+	} {
+		if _, err := adapt(t, globalBlock+":11434 {\n\t"+input+"\n}"); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", input, err, want)
+		}
+	}
+}
+
+// TestStatusPageCancelButton clicks the page's "Cancel job" in headless
+// Chromium, under the page's CSP: the button shows only on the page of a
+// status handler with controls, and reports the job's end.
+func TestStatusPageCancelButton(t *testing.T) {
+	chromium := findChromium()
+	if chromium == "" {
+		t.Skip("no Chromium found (Debian package chromium); .ci/run installs it")
+	}
+	h := newHarness(t, harnessOptions{comfy: comfytest.Options{JobDuration: time.Hour}, edit: func(cf string) string {
+		return strings.Replace(cf, "gpu_turnstile_status\n", "gpu_turnstile_status {\n\t\t\tcontrols\n\t\t}\n", 1)
+	}})
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.UserDataDir(t.TempDir()))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, cancelT := context.WithTimeout(ctx, 60*time.Second)
+	defer cancelT()
+	// The page asks "Cancel the running image job?" and waits, as does
+	// the click: another goroutine accepts.
+	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
+	go func() {
+		for _, err := range dialogs {
+			if err != nil {
+				return
+			}
+			chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
+		}
+	}()
+	poll := func(expr string) error {
+		_, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(20*time.Second)))
+		return err
+	}
+	id := h.runningJob(t)
+
+	if _, err := chromedp.Run(ctx, chromedp.Navigate(h.image+"/healthz?view=html")); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(`document.getElementById("state").textContent === "IMAGE"`); err != nil {
+		t.Fatalf("page never showed IMAGE: %v", err)
+	}
+	if err := poll(`document.getElementById("controls").hidden`); err != nil {
+		t.Fatal("the page without controls shows the cancel button")
+	}
+
+	if _, err := chromedp.Run(ctx, chromedp.Navigate(h.llm+"/healthz?view=html")); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(`!document.getElementById("controls").hidden && !document.getElementById("cancel").hidden`); err != nil {
+		t.Fatalf("the page with controls shows no cancel button during the job: %v", err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Click(chromedp.ID("cancel"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(`document.getElementById("cancel-result").textContent === "Job ` + id[:8] + ` stopped."`); err != nil {
+		text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.ID("cancel-result")))
+		t.Fatalf("the page does not report the cancel: %v; %q", err, text)
+	}
+	if ev := h.gpu.Events(); gputest.Index(ev, 0, "comfy", "job "+id+" end execution_interrupted") < 0 {
+		t.Fatalf("the job was not interrupted:\n%s", gputest.Dump(ev))
+	}
+	h.waitIdle()
 }
