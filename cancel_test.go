@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy/comfytest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama/ollamatest"
 )
 
 // runningJob posts a long prompt through Caddy and returns its prompt_id
@@ -63,6 +64,29 @@ func TestAdminCancelAnswersOnceTheJobHasStopped(t *testing.T) {
 			t.Errorf("%s %s: %d %s, want %d %s", c.method, c.query, r.status, r.body, want, c.want)
 		}
 	}
+}
+
+// A cancel while Ollama is emptied for the job: the prompt is never sent,
+// and its client is told so.
+func TestCancelBeforeThePromptIsSent(t *testing.T) {
+	h := newHarness(t, harnessOptions{ollama: ollamatest.Options{UnloadDelay: time.Second}})
+	ctx := context.Background()
+	if r := h.post(ctx, h.llm+"/api/chat", chatBody("llama3.2", false)); r.status != 200 {
+		t.Fatalf("chat: %d", r.status)
+	}
+	img := h.postAsync(ctx, h.image+"/prompt", promptBody(100))
+	h.waitStatus("Ollama being emptied for the job", func(st Status) bool { return st.Job != nil && st.Job.Phase == "unloading" })
+	r := h.do("DELETE", h.admin+"/gpu_turnstile/job", "")
+	if want := `{"prompt_id":null,"engine":"comfyui","outcome":"cancelled"}` + "\n"; r.status != 200 || r.body != want {
+		t.Fatalf("cancel: %d %s, want 200 %s", r.status, r.body, want)
+	}
+	if p := <-img; p.status != 409 || !strings.Contains(p.body, `"type":"job_cancelled"`) {
+		t.Fatalf("the prompt's client got %d %s, want 409 job_cancelled", p.status, p.body)
+	}
+	if h.comfy.Prompts() != 0 {
+		t.Fatal("the cancelled prompt reached ComfyUI")
+	}
+	h.waitIdle()
 }
 
 // The status handler cancels only with controls: the one on the LLM site
