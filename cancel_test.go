@@ -54,7 +54,7 @@ func TestAdminCancelAnswersOnceTheJobHasStopped(t *testing.T) {
 	}
 
 	cases := []struct{ method, query, want string }{
-		{"DELETE", "", `no image job runs: the GPU is idle`}, // turnstile defaults to "default"
+		{"DELETE", "", `no image job runs (state idle)`}, // turnstile defaults to "default"
 		{"DELETE", "?turnstile=gpu9", `no turnstile named \"gpu9\"`},
 		{"GET", "", "method GET not allowed; use DELETE"},
 	}

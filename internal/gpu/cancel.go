@@ -154,7 +154,7 @@ func (g *GPU) jobToCancel() (*ImageJob, error) {
 	case g.imageJob != nil:
 		return g.imageJob, nil
 	case a.job == nil:
-		return nil, fmt.Errorf("%w: the GPU is %s", ErrNoJob, g.lock.State())
+		return nil, fmt.Errorf("%w (state %s)", ErrNoJob, g.lock.State())
 	case a.probing:
 		return nil, fmt.Errorf("%w: the start-up probe holds the GPU", ErrNoJob)
 	default:
