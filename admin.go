@@ -26,6 +26,7 @@ func init() {
 //	POST   /gpu_turnstile/holds             {"turnstile","owner","ttl","wait"} -> 201 once held
 //	POST   /gpu_turnstile/holds/{id}/renew  [{"ttl"}]
 //	DELETE /gpu_turnstile/holds/{id}
+//	DELETE /gpu_turnstile/job[?turnstile=NAME]  cancel the running image job -> 200 once stopped
 //
 // The hold routes are those of the gpu_turnstile_holds handler (holds.go),
 // for every turnstile.
@@ -68,6 +69,15 @@ func (a Admin) serve(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		return writeJSON(w, http.StatusOK, ts.History(time.Time{}))
+	case rest == "job":
+		if err := allow(r, http.MethodDelete); err != nil {
+			return err
+		}
+		ts, err := adminTurnstile(r.URL.Query().Get("turnstile"))
+		if err != nil {
+			return err
+		}
+		return cancelJob(w, r, ts)
 	case parts[0] == "holds":
 		return holdRoutes{}.serve(w, r, parts[1:])
 	}

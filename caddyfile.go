@@ -208,14 +208,21 @@ func (hd *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 //
 //	gpu_turnstile_status [NAME] {
 //		turnstile NAME
+//		controls
 //	}
 func (sh *StatusHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	return unmarshalTurnstileOnly(d, &sh.Turnstile)
+	return unmarshalTurnstileFlags(d, &sh.Turnstile, map[string]*bool{"controls": &sh.Controls})
 }
 
 // unmarshalTurnstileOnly parses a directive whose only setting is the
 // turnstile it names, given as its argument or as the turnstile option.
 func unmarshalTurnstileOnly(d *caddyfile.Dispenser, name *string) error {
+	return unmarshalTurnstileFlags(d, name, nil)
+}
+
+// unmarshalTurnstileFlags is unmarshalTurnstileOnly with options that take
+// no argument and set a flag.
+func unmarshalTurnstileFlags(d *caddyfile.Dispenser, name *string, flags map[string]*bool) error {
 	d.Next() // the directive's name
 	directive := d.Val()
 	if d.NextArg() {
@@ -237,7 +244,15 @@ func unmarshalTurnstileOnly(d *caddyfile.Dispenser, name *string) error {
 			}
 			*name = v
 		default:
-			return d.Errf("%s: unknown option %q", directive, d.Val())
+			opt := d.Val()
+			flag, ok := flags[opt]
+			if !ok {
+				return d.Errf("%s: unknown option %q", directive, opt)
+			}
+			if d.NextArg() {
+				return d.Errf("%s: %s takes no argument", directive, opt)
+			}
+			*flag = true
 		}
 	}
 	return nil

@@ -59,6 +59,8 @@ type harnessOptions struct {
 	ollamaURL string
 	// beforeLoad runs after the fakes start and before Caddy loads.
 	beforeLoad func(*harness)
+	// edit, if set, changes the Caddyfile before Caddy loads it.
+	edit func(caddyfile string) string
 }
 
 func newHarness(t *testing.T, opts harnessOptions) *harness {
@@ -80,7 +82,11 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 	// Each test its own storage: a hold left in place when a test's
 	// Caddy stops is saved there, and must not come back in the next test.
 	caddy.DefaultStorage = &certmagic.FileStorage{Path: t.TempDir()}
-	h.load(h.caddyfile(opts))
+	cf := h.caddyfile(opts)
+	if opts.edit != nil {
+		cf = opts.edit(cf)
+	}
+	h.load(cf)
 	t.Cleanup(func() {
 		if err := caddy.Stop(); err != nil {
 			t.Errorf("stopping caddy: %v", err)

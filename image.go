@@ -56,6 +56,10 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 		job.End("cancelled")
 		return clientGone("while the LLM engines were emptied")
 	}
+	if job.CancelAsked() {
+		job.End("cancelled")
+		return writeCancelledBeforeSent(w, e)
+	}
 	job.Submitting()
 	if e.Synchronous() {
 		return serveSyncJob(w, r, next, c, job)

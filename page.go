@@ -38,13 +38,18 @@ func wantsHTML(r *http.Request) bool {
 	return strings.Contains(r.Header.Get("Accept"), "text/html")
 }
 
-func servePage(w http.ResponseWriter) error {
+// servePage serves the page; with controls, its "Cancel job" button too.
+func servePage(w http.ResponseWriter, controls bool) error {
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Content-Security-Policy", pageCSP)
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Cache-Control", "no-store")
-	_, err := w.Write(pageHTML)
+	page := pageHTML
+	if controls {
+		page = pageWithControls
+	}
+	_, err := w.Write(page)
 	return err
 }

@@ -49,10 +49,17 @@ func (st Status) llmReady() bool {
 // live events as Server-Sent Events (Accept: text/event-stream, or
 // ?view=events), the recent history with ?view=history. With ?ready=llm it answers 503 while
 // an LLM request would have to wait, for health checks that route LLM
-// traffic to another GPU host.
+// traffic to another GPU host. With controls, DELETE ?view=job cancels the
+// running image job (cancel.go).
 type StatusHandler struct {
 	// The turnstile to report. Default "default".
 	Turnstile string `json:"turnstile,omitempty"`
+	// Controls lets this handler's clients cancel the running image job
+	// (DELETE ?view=job, and a "Cancel job" button on the page). Off by
+	// default: without it, DELETE gets 405. Turn it on only where the
+	// handler is reached by those allowed to stop others' jobs (behind
+	// basic_auth, forward_auth or a remote_ip matcher).
+	Controls bool `json:"controls,omitempty"`
 
 	ts   *turnstile
 	done <-chan struct{} // closed when the config that serves this ends
@@ -78,6 +85,9 @@ func (h *StatusHandler) Provision(ctx caddy.Context) error {
 }
 
 func (h *StatusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
+	if r.Method == http.MethodDelete {
+		return h.serveCancel(w, r)
+	}
 	q := r.URL.Query()
 	switch view := q.Get("view"); {
 	case view == "json":
@@ -90,7 +100,7 @@ func (h *StatusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ cadd
 	case view == "events" || (view == "" && wantsEvents(r)):
 		return h.serveEvents(w, r)
 	case view == "html" || (view == "" && wantsHTML(r)):
-		return servePage(w)
+		return servePage(w, h.Controls)
 	}
 	st := h.ts.status()
 	code := http.StatusOK

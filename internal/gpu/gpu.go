@@ -110,6 +110,7 @@ type GPU struct {
 	presence map[string]*presenceState // by hold_while condition
 	recheck  chan struct{}             // closed to have the watches look again (recheckDirect)
 	act      activity                  // what holds or waits for the GPU (activity.go)
+	imageJob *ImageJob                 // the proxied image job holding the GPU, for CancelJob
 
 	// abnormal is when LLM use last ended abnormally (UnixNano; 0: not
 	// since the LLM engines were last confirmed empty). See emptyLLM.

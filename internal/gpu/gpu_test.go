@@ -72,9 +72,15 @@ type fixture struct {
 
 func newFixture(t *testing.T, edit func(*Config)) *fixture {
 	t.Helper()
+	return newFixtureWith(t, comfytest.Options{JobDuration: 50 * time.Millisecond, HistoryLag: 5 * time.Millisecond}, edit)
+}
+
+// newFixtureWith is newFixture with the fake ComfyUI shaped by opts.
+func newFixtureWith(t *testing.T, opts comfytest.Options, edit func(*Config)) *fixture {
+	t.Helper()
 	f := &fixture{m: &recorder{}, card: gputest.New()}
 	f.ollama = ollamatest.NewServer(f.card, ollamatest.Options{})
-	f.comfy = comfytest.NewServer(f.card, comfytest.Options{JobDuration: 50 * time.Millisecond, HistoryLag: 5 * time.Millisecond})
+	f.comfy = comfytest.NewServer(f.card, opts)
 	oc, err := ollama.NewClient(f.ollama.URL, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -30,6 +30,7 @@ type ImageJob struct {
 	e       ImageEngine
 	started time.Time
 	source  string
+	stop    *jobStop // what a cancel follows (cancel.go)
 }
 
 // ErrNoEngine is returned for a job on an image engine the turnstile does
@@ -53,7 +54,8 @@ func (g *GPU) BeginImage(ctx context.Context, engine string) (*ImageJob, error) 
 		u.end()
 		return nil, fmt.Errorf("%w: %q (dropped by a reload)", ErrNoEngine, engine)
 	}
-	j := &ImageJob{use: u, e: e, started: time.Now(), source: "proxy"}
+	j := &ImageJob{use: u, e: e, started: time.Now(), source: "proxy", stop: newJobStop()}
+	g.setImageJob(j)
 	g.setJob(&Job{Engine: e.Name(), Source: j.source, Phase: "unloading", Started: j.started})
 	return j, nil
 }
@@ -104,6 +106,7 @@ func (j *ImageJob) Submitting() {
 	phase := "submitting"
 	if j.e.Synchronous() {
 		phase = "running"
+		j.stop.putOnEngine("")
 	}
 	j.g.setPhase(phase)
 	j.g.run(j.e).set(stateRunning)
@@ -120,6 +123,7 @@ func (j *ImageJob) End(outcome string) { j.finish("", outcome) }
 // queued behind the job runs next, and a job cut short still computes
 // until it has been interrupted.
 func (j *ImageJob) Ran(outcome string) {
+	outcome = j.workEnded(outcome)
 	j.ran()
 	j.g.setPhase("draining queue")
 	j.g.spawn(func() { j.drain(outcome) })
@@ -158,6 +162,7 @@ func (j *ImageJob) ran() {
 func (j *ImageJob) Submitted(id string) {
 	j.ran()
 	j.g.setPromptID(id)
+	j.stop.putOnEngine(id)
 	j.g.log().Info("image job queued; holding the GPU until it ends", zap.String("prompt_id", id))
 	j.g.spawn(func() { j.holdForJob(id) })
 }
@@ -171,6 +176,9 @@ func (j *ImageJob) holdForJob(id string) {
 	defer cancel()
 	w := g.currentWatcher(e)
 	outcome, err := e.WaitJob(ctx, id, w)
+	if err == nil {
+		outcome = j.workEnded(outcome)
+	}
 	if err == nil && outcome != OutcomeLost {
 		g.setPhase("draining queue")
 		// Work queued directly on the engine meanwhile would run on a
@@ -236,6 +244,10 @@ func (j *ImageJob) finish(id, outcome string) {
 	if run := g.run(j.e); run.is(stateRunning) {
 		run.set(stateReady)
 	}
+	// Work that never reached the engine has surely stopped; work that
+	// did and ended here unconfirmed (timeout, shutdown) may compute on.
+	j.stop.end(outcome, !j.owesFree)
+	g.dropImageJob(j)
 	g.setJob(nil)
 	j.end()
 }

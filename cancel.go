@@ -1,0 +1,85 @@
+package turnstile
+
+import (
+	"bytes"
+	"errors"
+	"net/http"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
+)
+
+// cancelJob cancels ts's running image job and answers, once its engine
+// has shown the job's end, 200 {"prompt_id","engine","outcome"}. It
+// serves the admin route DELETE /gpu_turnstile/job and the status
+// handler's DELETE ?view=job; errors are caddy.APIError values.
+func cancelJob(w http.ResponseWriter, r *http.Request, ts *turnstile) error {
+	res, err := ts.CancelJob(r.Context())
+	if err == nil {
+		return writeJSON(w, http.StatusOK, res)
+	}
+	if r.Context().Err() != nil {
+		return nil // the client went away; the job goes on to its end
+	}
+	job := "image job"
+	if res.PromptID != nil {
+		job += " " + *res.PromptID
+	}
+	switch {
+	case errors.Is(err, gpu.ErrNoJob):
+		return apiError(http.StatusNotFound, "turnstile %q: %v", ts.name, err)
+	case errors.Is(err, gpu.ErrNotOurJob):
+		return apiError(http.StatusConflict, "turnstile %q: %v", ts.name, err)
+	case errors.Is(err, gpu.ErrInterruptFailed):
+		return apiError(http.StatusBadGateway, "turnstile %q: %s: %v", ts.name, job, err)
+	case errors.Is(err, gpu.ErrNotStopped):
+		return apiError(http.StatusGatewayTimeout, "turnstile %q: %s: %v", ts.name, job, err)
+	}
+	return apiError(http.StatusInternalServerError, "turnstile %q: %s: %v", ts.name, job, err)
+}
+
+// serveCancel answers a DELETE to the status handler. Only with controls
+// does it cancel the running job (?view=job), since the status handler
+// usually sits on an open port. A DELETE cannot come from a cross-site
+// form, and a cross-site script's DELETE needs a CORS preflight that this
+// handler never grants (it sets no Access-Control-Allow-* header): another
+// site a browser visits cannot forge the cancel.
+func (h *StatusHandler) serveCancel(w http.ResponseWriter, r *http.Request) error {
+	if !h.Controls {
+		w.Header().Set("Allow", "GET, HEAD")
+		return writeJSON(w, http.StatusMethodNotAllowed,
+			map[string]string{"error": "gpu_turnstile: DELETE is not allowed: this gpu_turnstile_status has no `controls`"})
+	}
+	if r.URL.Query().Get("view") != "job" {
+		return writeJSON(w, http.StatusBadRequest,
+			map[string]string{"error": "gpu_turnstile: DELETE cancels the running image job: use ?view=job"})
+	}
+	err := cancelJob(w, r, h.ts)
+	var apiErr caddy.APIError
+	if errors.As(err, &apiErr) {
+		return writeJSON(w, apiErr.HTTPStatus, map[string]string{"error": apiErr.Err.Error()})
+	}
+	return err
+}
+
+// pageWithControls is the status page with its "Cancel job" button
+// enabled, for a status handler with controls. Only the body's attribute
+// differs, so the hashes of its script and style still hold.
+var pageWithControls = func() []byte {
+	page := bytes.Replace(pageHTML, []byte("<body>"), []byte(`<body data-controls="on">`), 1)
+	if bytes.Equal(page, pageHTML) {
+		panic("page.html lacks <body>")
+	}
+	return page
+}()
+
+// writeCancelledBeforeSent answers an image request whose job was
+// cancelled before it was sent to its engine, in the engine's error shape.
+func writeCancelledBeforeSent(w http.ResponseWriter, e gpu.ImageEngine) error {
+	msg := "gpu_turnstile: image job cancelled before it was sent to " + e.Name()
+	if e.Kind() == "a1111" {
+		return writeJSON(w, http.StatusConflict, map[string]any{"error": "JobCancelled", "detail": msg, "body": "", "errors": msg})
+	}
+	return writeComfyError(w, http.StatusConflict, "job_cancelled", msg)
+}
