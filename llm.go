@@ -11,6 +11,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 )
 
 // waitBodyLimit bounds how much of a request body is read into memory
@@ -63,7 +65,9 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 	defer ticket.done()
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
+	span := ts.startLLMWait(r, ticket.body)
 	err = ts.AcquireShared(ctx)
+	gpu.EndSpan(span, err)
 	cancel()
 	ticket.stopWaiting()
 	waited := time.Since(start)
