@@ -70,8 +70,9 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 	cw := newCaptureWriter(w, c.captureLimit)
 	err = next.ServeHTTP(cw, r.WithContext(fctx))
 	id, found := comfy.PromptID(cw.body)
-	if err != nil || !cw.ok() || !found {
-		endSubmit(span, e, "", cw.status, err)
+	queued := err == nil && cw.ok() && found
+	endSubmit(span, e, queued, id, cw.status, err)
+	if !queued {
 		outcome := "rejected"
 		if err != nil {
 			outcome = "failed"
@@ -82,7 +83,6 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 		}
 		return err
 	}
-	endSubmit(span, e, id, cw.status, nil)
 	job.Submitted(id)
 	return nil
 }

@@ -85,14 +85,14 @@ func (ts *turnstile) startSubmit(r *http.Request, e gpu.ImageEngine) (context.Co
 		gpu.AttrKind.String("image"), gpu.AttrEngine.String(e.Name()))
 }
 
-// endSubmit ends the span of a forward that queued a job (a prompt_id),
-// or failed: err, or an answer without a prompt_id.
-func endSubmit(span trace.Span, e gpu.ImageEngine, id string, status int, err error) {
+// endSubmit ends the span of a forward that queued a job as id, or did
+// not: err, or the engine's answer (status) queued nothing.
+func endSubmit(span trace.Span, e gpu.ImageEngine, queued bool, id string, status int, err error) {
 	if span.IsRecording() {
-		if id != "" {
+		if queued {
 			span.SetAttributes(gpu.AttrPromptID.String(id))
 		} else if err == nil {
-			err = fmt.Errorf("%s answered %d without a prompt_id: no job queued", e.Name(), status)
+			err = fmt.Errorf("%s answered %d with no prompt_id: no job queued", e.Name(), status)
 		}
 	}
 	gpu.EndSpan(span, err)

@@ -313,3 +313,25 @@ func TestRequestModel(t *testing.T) {
 		t.Error("a request without a body names a model")
 	}
 }
+
+// TestTracingRejectedPromptIsTheSubmitsError: a prompt the engine refuses
+// queues no job: its submit span has the error, and no job span follows.
+func TestTracingRejectedPromptIsTheSubmitsError(t *testing.T) {
+	traceToMemory(t)
+	h := newHarness(t, harnessOptions{site: traceSite})
+	h.waitIdle()
+	r := h.post(context.Background(), h.image+"/prompt", `{"prompt":{"1":{"class_type":"ImageBlur","inputs":{"blur_radius":40}},"9":{"class_type":"PreviewImage"}}}`)
+	if r.status != http.StatusBadRequest {
+		t.Fatalf("got %d %s, want ComfyUI's 400", r.status, r.body)
+	}
+	h.waitIdle()
+	spans := waitSpans(t, "POST /prompt", "gpu_turnstile.submit")
+	submit := spanNamed(spans, "gpu_turnstile.submit")
+	checkChild(t, submit, spanNamed(spans, "POST /prompt"))
+	if submit.Status.Code != codes.Error || !strings.Contains(submit.Status.Description, "400") {
+		t.Errorf("submit span: status %v, want the engine's 400 as its error", submit.Status)
+	}
+	if spanNamed(spans, "gpu_turnstile.job") != nil {
+		t.Error("a job span for a prompt that queued nothing")
+	}
+}
