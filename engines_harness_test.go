@@ -39,6 +39,7 @@ type mix struct {
 type mixOptions struct {
 	engines  []string // kinds: ollama, llamacpp, llamaswap, vllm, comfyui, a1111
 	settings string   // extra lines in the gpu_turnstile block
+	site     string   // extra directives in each site block
 	ollama   ollamatest.Options
 	llamacpp llamacpptest.Options
 	swap     llamaswaptest.Options
@@ -70,7 +71,7 @@ func newMix(t *testing.T, opts mixOptions) *mix {
 		engines = append(engines, fmt.Sprintf("%s %s %s", class, kind, url))
 		p := freePort(t)
 		m.sites[kind] = fmt.Sprintf("http://127.0.0.1:%d", p)
-		sites = append(sites, fmt.Sprintf(":%d {\n\tbind 127.0.0.1\n\thandle /healthz {\n\t\tgpu_turnstile_status\n\t}\n\tgpu_turnstile\n\treverse_proxy %s {\n\t\tflush_interval -1\n\t}\n}\n", p, url))
+		sites = append(sites, fmt.Sprintf(":%d {\n\tbind 127.0.0.1\n\t%s\n\thandle /healthz {\n\t\tgpu_turnstile_status\n\t}\n\tgpu_turnstile\n\treverse_proxy %s {\n\t\tflush_interval -1\n\t}\n}\n", p, opts.site, url))
 	}
 	h.ports[2] = freePort(t)
 	h.admin = fmt.Sprintf("http://127.0.0.1:%d", h.ports[2])

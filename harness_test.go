@@ -48,6 +48,7 @@ type harnessOptions struct {
 	ollama   ollamatest.Options
 	comfy    comfytest.Options
 	settings string // extra lines inside the gpu_turnstile block
+	site     string // extra directives in each site block
 	noComfy  bool
 	noOllama bool
 	// comfyURL, if set, is a ComfyUI server to use instead of the fake
@@ -146,6 +147,7 @@ func (h *harness) caddyfile(opts harnessOptions) string {
 
 :%d {
 	bind 127.0.0.1
+	%s
 	handle /healthz {
 		gpu_turnstile_status
 	}
@@ -157,13 +159,14 @@ func (h *harness) caddyfile(opts harnessOptions) string {
 
 :%d {
 	bind 127.0.0.1
+	%s
 	handle /healthz {
 		gpu_turnstile_status
 	}
 	gpu_turnstile
 	reverse_proxy %s
 }
-`, h.ports[2], logs, ollamaURL, comfyURL, strings.Join(defaults, "\n\t\t"), opts.settings, h.ports[0], upstream, h.ports[1], comfyUpstream)
+`, h.ports[2], logs, ollamaURL, comfyURL, strings.Join(defaults, "\n\t\t"), opts.settings, h.ports[0], opts.site, upstream, h.ports[1], opts.site, comfyUpstream)
 }
 
 // load adapts a Caddyfile and loads it, as `caddy reload` would.

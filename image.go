@@ -62,18 +62,21 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 	}
 	job.Submitting()
 	if e.Synchronous() {
-		return serveSyncJob(w, r, next, c, job)
+		return ts.serveSyncJob(w, r, next, c, job)
 	}
 
 	// Forward detached from the client: if the client goes away once
 	// ComfyUI has the prompt, ComfyUI queues the job anyway, and its
 	// prompt_id must still be read so the GPU is held for it.
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), c.gpu.JobTimeout)
+	sctx, span := ts.startSubmit(r, e)
+	fctx, cancel := context.WithTimeout(sctx, c.gpu.JobTimeout)
 	defer cancel()
 	cw := newCaptureWriter(w, c.captureLimit)
 	err = next.ServeHTTP(cw, r.WithContext(fctx))
 	id, found := comfy.PromptID(cw.body)
-	if err != nil || !cw.ok() || !found {
+	queued := err == nil && cw.ok() && found
+	endSubmit(span, e, queued, id, cw.status, err)
+	if !queued {
 		outcome := "rejected"
 		if err != nil {
 			outcome = "failed"
@@ -103,8 +106,9 @@ func (h *Handler) serveWithoutEngine(w http.ResponseWriter, r *http.Request, nex
 // detached from the client: the engine runs the job to its end whether the
 // client stays or not, and the GPU is the job's until then. job_timeout
 // bounds it; past it, the job is interrupted.
-func serveSyncJob(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, c *config, job *gpu.ImageJob) error {
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), c.gpu.JobTimeout)
+func (ts *turnstile) serveSyncJob(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, c *config, job *gpu.ImageJob) error {
+	sctx, span := ts.startSubmit(r, job.Engine())
+	fctx, cancel := context.WithTimeout(sctx, c.gpu.JobTimeout)
 	defer cancel()
 	rec := newCaptureWriter(w, 0) // for its status
 	err := next.ServeHTTP(rec, r.WithContext(fctx))
@@ -117,6 +121,7 @@ func serveSyncJob(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler
 	case rec.status >= 400:
 		outcome = "rejected"
 	}
+	endSyncSubmit(span, outcome, err)
 	job.Ran(outcome)
 	return err
 }

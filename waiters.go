@@ -16,8 +16,9 @@ const (
 	modelScanChunkedLimit = 64 << 10
 )
 
-// maxModelShown bounds the model name the status shows.
-const maxModelShown = 200
+// maxModelShown bounds the model name the status and a span show: a
+// longer one is no model's name.
+const maxModelShown = 256
 
 // waiterOf is what the status shows of r while it waits for the GPU: its
 // path and, for LLM work, the model it names (?model=, or the top-level
@@ -33,7 +34,7 @@ func waiterOf(r *http.Request, t *waitTicket, llm bool) gpu.Waiter {
 		w.Model = bodyModel(t.body)
 	}
 	if len(w.Model) > maxModelShown {
-		w.Model = w.Model[:maxModelShown]
+		w.Model = ""
 	}
 	return w
 }

@@ -220,6 +220,7 @@ type use struct {
 	// (or handed over to the next exclusive user, who then owes it).
 	owesFree bool
 	ended    bool
+	tr       traced // the request it serves, for its spans (trace.go)
 }
 
 // end gives the GPU back: to the next exclusive waiter directly, or to
@@ -229,7 +230,10 @@ func (u *use) end() {
 		return
 	}
 	u.ended = true
-	if !u.g.lock.ReleaseExclusive(u.owesFree || u.g.owed()) && u.warmAfter {
-		u.g.warm()
+	u.g.releasing.Store(u)
+	handedOver := u.g.lock.ReleaseExclusive(u.owesFree || u.g.owed())
+	u.g.releasing.CompareAndSwap(u, nil)
+	if !handedOver && u.warmAfter {
+		u.g.warm(u.tr.req)
 	}
 }

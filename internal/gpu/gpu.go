@@ -112,6 +112,13 @@ type GPU struct {
 	act      activity                  // what holds or waits for the GPU (activity.go)
 	imageJob *ImageJob                 // the proxied image job holding the GPU, for CancelJob
 
+	// releasing is the use giving the GPU back, while it does: the Free
+	// effect that may run then is a step of its trace. (A waiter granted
+	// the GPU just after its wait was cancelled gives it back at once; a
+	// free it runs before the last holder has cleared this is traced as
+	// that holder's, whose debt it pays.)
+	releasing atomic.Pointer[use]
+
 	// abnormal is when LLM use last ended abnormally (UnixNano; 0: not
 	// since the LLM engines were last confirmed empty). See emptyLLM.
 	abnormal atomic.Int64

@@ -91,7 +91,10 @@ func (g *GPU) TakeHold(ctx context.Context, owner string, ttl time.Duration) (*H
 	w := waiterFrom(ctx)
 	w.Owner = owner
 	ctx = WithWaiter(ctx, w)
-	if err := g.acquireExclusive(ctx, lock.ExternalHold); err != nil {
+	span := g.startWait(ctx, &traced{req: linkOf(ctx), kind: "hold"})
+	err := g.acquireExclusive(ctx, lock.ExternalHold)
+	EndSpan(span, err)
+	if err != nil {
 		g.metrics.HoldEvent("cancelled")
 		return nil, err
 	}
@@ -121,13 +124,14 @@ func (g *GPU) TryHold(ctx context.Context, owner string, ttl time.Duration) (*Ho
 // new hold and returns it. A presence hold has no lease and is not stored:
 // its condition is looked at again after a restart.
 func (g *GPU) grantHold(ctx context.Context, owner string, ttl time.Duration, start time.Time, source string) (*Hold, error) {
-	u := &use{g: g, c: g.cfg()}
+	u := &use{g: g, c: g.cfg(), tr: traced{req: linkOf(ctx), kind: "hold"}}
 	if err := g.prepareHold(ctx, u); err != nil {
 		u.end()
 		g.metrics.HoldEvent("failed")
 		return nil, fmt.Errorf("%w: %v", ErrHoldPrepare, err)
 	}
 	h := &Hold{ID: randomID(), Owner: owner, Source: source, Since: time.Now(), TTL: ttl, g: g, use: u}
+	u.tr.detached = true // ended by a later request, or its lease
 	g.mu.Lock()
 	g.act.holds[h.ID] = h
 	g.mu.Unlock()
@@ -148,7 +152,10 @@ func (g *GPU) grantHold(ctx context.Context, owner string, ttl time.Duration, st
 // pays at once. Once that succeeds, the warm model is loaded again after
 // the hold.
 func (g *GPU) prepareHold(ctx context.Context, u *use) error {
-	if err := g.emptyForExclusive(u.c, nil); err != nil {
+	sctx, span := u.tr.start(g, "gpu_turnstile.unload")
+	err := g.emptyForExclusive(sctx, u.c, nil)
+	EndSpan(span, err)
+	if err != nil {
 		return err
 	}
 	// The lock's debt is settled once nothing is owed; an LLM engine put

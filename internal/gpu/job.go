@@ -40,15 +40,20 @@ var ErrNoEngine = errors.New("no such image engine")
 // BeginImage waits, until ctx ends, for the GPU alone for an image job on
 // the image engine named engine (the first one if "").
 func (g *GPU) BeginImage(ctx context.Context, engine string) (*ImageJob, error) {
-	if g.cfg().imageEngine(engine) == nil {
+	first := g.cfg().imageEngine(engine)
+	if first == nil {
 		return nil, fmt.Errorf("%w: %q", ErrNoEngine, engine)
 	}
-	if err := g.acquireExclusive(ctx, lock.ImageJob); err != nil {
+	tr := traced{req: linkOf(ctx), kind: "image", engine: first.Name()}
+	span := g.startWait(ctx, &tr)
+	err := g.acquireExclusive(ctx, lock.ImageJob)
+	EndSpan(span, err)
+	if err != nil {
 		return nil, err
 	}
 	// The engine as the config that is current now has it: a reload
 	// while the job waited made new adapters.
-	u := use{g: g, c: g.cfg()}
+	u := use{g: g, c: g.cfg(), tr: tr}
 	e := u.c.imageEngine(engine)
 	if e == nil {
 		u.end()
@@ -67,11 +72,13 @@ func (j *ImageJob) Engine() ImageEngine { return j.e }
 // the job, and readies its own engine. If that fails, the job has ended
 // ("refused"): the GPU is given back and the error says why.
 func (j *ImageJob) Prepare() error {
-	err := j.g.emptyForExclusive(j.c, j.e)
+	ctx, span := j.tr.start(j.g, "gpu_turnstile.unload")
+	err := j.g.emptyForExclusive(ctx, j.c, j.e)
 	if err == nil {
 		j.warmAfter = true
-		err = j.ready()
+		err = j.ready(ctx)
 	}
+	EndSpan(span, err)
 	if err != nil {
 		j.finish("", "refused")
 		j.g.log().Error("image job refused: the GPU could not be readied for it", zap.Error(err))
@@ -81,15 +88,17 @@ func (j *ImageJob) Prepare() error {
 }
 
 // ready runs the engine's own step before a job, if it has one.
-func (j *ImageJob) ready() error {
+func (j *ImageJob) ready(ctx context.Context) error {
 	p, ok := j.e.(Preparer)
 	if !ok {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(j.g.ctx, j.c.UnloadTimeout)
+	ctx, cancel := context.WithTimeout(ctx, j.c.UnloadTimeout)
 	defer cancel()
 	start := time.Now()
-	if err := p.Prepare(ctx); err != nil {
+	err := p.Prepare(ctx)
+	stepEvent(ctx, "readied", j.e.Name(), time.Since(start), err)
+	if err != nil {
 		j.g.run(j.e).up.set(err)
 		j.g.metrics.UpstreamError(upstreamKind(j.e), j.e.Name(), "prepare")
 		return fmt.Errorf("%s not readied for the job: %w", j.e.Name(), err)
@@ -126,6 +135,7 @@ func (j *ImageJob) Ran(outcome string) {
 	outcome = j.workEnded(outcome)
 	j.ran()
 	j.g.setPhase("draining queue")
+	j.tr.detached = true
 	j.g.spawn(func() { j.drain(outcome) })
 }
 
@@ -133,6 +143,7 @@ func (j *ImageJob) Ran(outcome string) {
 // idle, interrupting it past that, and ends the job.
 func (j *ImageJob) drain(outcome string) {
 	g, c, e := j.g, j.c, j.e
+	_, span := j.tr.start(g, "gpu_turnstile.job")
 	if outcome != "timeout" {
 		ctx, cancel := context.WithTimeout(g.ctx, c.JobTimeout-time.Since(j.started))
 		err := e.WaitIdle(ctx, g.currentWatcher(e))
@@ -147,6 +158,7 @@ func (j *ImageJob) drain(outcome string) {
 	if outcome == "timeout" {
 		j.interrupt("")
 	}
+	endJobSpan(span, outcome)
 	j.finish("", outcome)
 }
 
@@ -164,6 +176,7 @@ func (j *ImageJob) Submitted(id string) {
 	j.g.setPromptID(id)
 	j.stop.putOnEngine(id)
 	j.g.log().Info("image job queued; holding the GPU until it ends", zap.String("prompt_id", id))
+	j.tr.detached, j.tr.promptID = true, id
 	j.g.spawn(func() { j.holdForJob(id) })
 }
 
@@ -172,6 +185,7 @@ func (j *ImageJob) Submitted(id string) {
 // it back: to the next image job directly, or through a free to LLM use.
 func (j *ImageJob) holdForJob(id string) {
 	g, c, e := j.g, j.c, j.e
+	_, span := j.tr.start(g, "gpu_turnstile.job")
 	ctx, cancel := context.WithTimeout(g.ctx, c.JobTimeout-time.Since(j.started))
 	defer cancel()
 	w := g.currentWatcher(e)
@@ -196,6 +210,7 @@ func (j *ImageJob) holdForJob(id string) {
 		g.log().Warn("image job lost: the image engine no longer knows it (restarted?); releasing the GPU",
 			zap.String("prompt_id", id))
 	}
+	endJobSpan(span, result)
 	j.finish(id, result)
 }
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
@@ -42,13 +44,20 @@ func (g *GPU) acquireExclusive(ctx context.Context, kind lock.Kind) error {
 // Free implements lock.Effects: before the GPU leaves exclusive use, the
 // image engines that ran are freed (confirmed), then the LLM engines that
 // were put to sleep are woken (confirmed).
-func (g *GPU) Free() { g.free() }
+func (g *GPU) Free() {
+	ctx, span := g.startFree()
+	done := g.free(ctx)
+	if !done {
+		span.SetStatus(codes.Error, "an image engine may still hold memory, or an LLM engine still sleeps")
+	}
+	span.End()
+}
 
 // free readies the GPU for LLM use and reports whether every step did its
 // job: each owed free was confirmed or could not be checked (or the engine
 // is not running), each wake confirmed. False means an image engine may
 // still hold memory or an LLM engine still sleeps.
-func (g *GPU) free() (done bool) {
+func (g *GPU) free(ctx context.Context) (done bool) {
 	c := g.cfg()
 	if c == nil || g.ctx.Err() != nil {
 		return true // Caddy is stopping and nobody will use the GPU after
@@ -56,18 +65,19 @@ func (g *GPU) free() (done bool) {
 	owed := g.owedRuns()
 	done = true
 	for _, r := range owed {
-		if e, ok := r.eng.Load().Engine.(ImageEngine); ok && !g.freeImage(c, e) {
+		if e, ok := r.eng.Load().Engine.(ImageEngine); ok && !g.freeImage(ctx, c, e) {
 			done = false
 		}
 	}
 	if done {
 		if err := g.waitVRAM(c, c.FreeTimeout, "LLM use"); err != nil {
+			trace.SpanFromContext(ctx).RecordError(err)
 			g.log().Warn("LLM requests go ahead without the memory min_free_vram asks for", zap.Error(err))
 		}
 	}
 	for _, r := range owed {
 		e, _ := r.eng.Load().Engine.(LLMEngine)
-		if w, ok := e.(Waker); ok && !g.wake(c, e, w) {
+		if w, ok := e.(Waker); ok && !g.wake(ctx, c, e, w) {
 			done = false
 			g.spawn(func() { g.retryWake(c, e, w) })
 		}
@@ -77,8 +87,8 @@ func (g *GPU) free() (done bool) {
 
 // freeImage frees one image engine, within free_timeout, and reports
 // whether it did its job (see free).
-func (g *GPU) freeImage(c *Config, e ImageEngine) bool {
-	ctx, cancel := context.WithTimeout(g.ctx, c.FreeTimeout)
+func (g *GPU) freeImage(ctx context.Context, c *Config, e ImageEngine) bool {
+	ctx, cancel := context.WithTimeout(ctx, c.FreeTimeout)
 	defer cancel()
 	run := g.run(e)
 	run.set(stateFreeing)
@@ -92,6 +102,7 @@ func (g *GPU) freeImage(c *Config, e ImageEngine) bool {
 		g.log().Debug(e.Name() + " free sent but not confirmed: the engine cannot show its memory falling")
 	}
 	took := time.Since(start)
+	stepEvent(ctx, "freed", e.Name(), took, err)
 	switch {
 	case err == nil:
 		run.up.set(nil)
@@ -115,14 +126,15 @@ func (g *GPU) freeImage(c *Config, e ImageEngine) bool {
 
 // wake wakes an LLM engine that was put to sleep and confirms it, within
 // unload_timeout, and reports whether it did.
-func (g *GPU) wake(c *Config, e LLMEngine, w Waker) bool {
-	ctx, cancel := context.WithTimeout(g.ctx, c.UnloadTimeout)
+func (g *GPU) wake(ctx context.Context, c *Config, e LLMEngine, w Waker) bool {
+	ctx, cancel := context.WithTimeout(ctx, c.UnloadTimeout)
 	defer cancel()
 	run := g.run(e)
 	run.set(stateWaking)
 	start := time.Now()
 	err := w.Wake(ctx)
 	took := time.Since(start)
+	stepEvent(ctx, "woken", e.Name(), took, err)
 	run.up.set(err)
 	if err != nil {
 		run.set(stateAsleep)
@@ -167,7 +179,7 @@ func (g *GPU) wakeShared(c *Config, e LLMEngine, w Waker) bool {
 		return false
 	}
 	defer g.lock.ReleaseShared()
-	return !g.run(e).owed.Load() || g.wake(c, e, w)
+	return !g.run(e).owed.Load() || g.wake(g.ctx, c, e, w)
 }
 
 // reportNoGPUReading says once per engine, in the log and the status,
@@ -192,26 +204,29 @@ func upstreamKind(e Engine) string {
 // warm loads warm_model in the background as a shared holder of the lock,
 // so an image job that arrives meanwhile waits for it to finish instead of
 // unloading a model that is still loading. If an exclusive waiter is
-// already queued, there is no point: nothing is warmed.
-func (g *GPU) warm() {
+// already queued, there is no point: nothing is warmed. Its span is
+// linked to from's, the request whose use of the GPU it follows.
+func (g *GPU) warm(from spanLink) {
 	c := g.cfg()
 	if c == nil || c.WarmModel == "" || c.warmEngine() == nil || !g.lock.TryAcquireShared() {
 		return
 	}
 	g.setWarming(true)
-	g.spawn(func() { g.warmUp(c) })
+	g.spawn(func() { g.warmUp(c, from) })
 }
 
 // warmUp runs the warm-up warm started, holding a shared place.
-func (g *GPU) warmUp(c *Config) {
+func (g *GPU) warmUp(c *Config, from spanLink) {
 	defer g.lock.ReleaseShared()
 	defer g.setWarming(false)
-	ctx, cancel := context.WithTimeout(g.ctx, c.WarmTimeout)
+	e := c.warmEngine()
+	ctx, span := g.startWarm(from, c.WarmModel, e.Name())
+	ctx, cancel := context.WithTimeout(ctx, c.WarmTimeout)
 	defer cancel()
 	start := time.Now()
-	e := c.warmEngine()
 	err := e.Warm(ctx, c.WarmModel)
 	took := time.Since(start)
+	EndSpan(span, err)
 	g.run(e).up.set(err)
 	if err != nil {
 		g.markAbnormal() // a warm-up cut short leaves its runner behind a while

@@ -26,14 +26,15 @@ func (g *GPU) NoteLLMEnd(ctx context.Context, err error) {
 // engine is emptied and the emptying confirmed, all at once; every image
 // engine but owner (the job's own, nil for a hold) that may hold memory is
 // freed; and the card must then have min_free_vram. A free that fails is
-// logged, as before LLM use, and stays owed.
-func (g *GPU) emptyForExclusive(c *Config, owner ImageEngine) error {
-	if err := g.emptyLLMs(c); err != nil {
+// logged, as before LLM use, and stays owed. ctx is g.ctx or derived from
+// it, with the step's span.
+func (g *GPU) emptyForExclusive(ctx context.Context, c *Config, owner ImageEngine) error {
+	if err := g.emptyLLMs(ctx, c); err != nil {
 		return err
 	}
 	for _, r := range g.owedRuns() {
 		if e, ok := r.eng.Load().Engine.(ImageEngine); ok && (owner == nil || e.Name() != owner.Name()) {
-			g.freeImage(c, e)
+			g.freeImage(ctx, c, e)
 		}
 	}
 	return g.waitVRAM(c, c.UnloadTimeout, "exclusive use")
@@ -41,12 +42,12 @@ func (g *GPU) emptyForExclusive(c *Config, owner ImageEngine) error {
 
 // emptyLLMs empties every LLM engine at once, within unload_timeout, and
 // returns the first failure.
-func (g *GPU) emptyLLMs(c *Config) error {
+func (g *GPU) emptyLLMs(ctx context.Context, c *Config) error {
 	abnormal := g.abnormal.Load()
 	errs := make([]error, len(c.LLMs))
 	var wg sync.WaitGroup
 	for i, e := range c.LLMs {
-		wg.Go(func() { errs[i] = g.emptyLLM(c, e, abnormal) })
+		wg.Go(func() { errs[i] = g.emptyLLM(ctx, c, e, abnormal) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -58,8 +59,8 @@ func (g *GPU) emptyLLMs(c *Config) error {
 
 // emptyLLM unloads every model of one LLM engine and confirms it.
 // abnormal is when LLM use last ended abnormally (UnixNano, 0 if not).
-func (g *GPU) emptyLLM(c *Config, e LLMEngine, abnormal int64) error {
-	ctx, cancel := context.WithTimeout(g.ctx, c.UnloadTimeout)
+func (g *GPU) emptyLLM(ctx context.Context, c *Config, e LLMEngine, abnormal int64) error {
+	ctx, cancel := context.WithTimeout(ctx, c.UnloadTimeout)
 	defer cancel()
 	run := g.run(e)
 	start := time.Now()
@@ -71,6 +72,7 @@ func (g *GPU) emptyLLM(c *Config, e LLMEngine, abnormal int64) error {
 	run.set(stateEmptying)
 	names, contact, err := e.Empty(ctx, g.log(), since)
 	took := time.Since(start)
+	stepEvent(ctx, "emptied", e.Name(), took, err)
 	run.up.set(contact)
 	if err != nil {
 		run.set(prev)
