@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -219,6 +220,47 @@ func TestTracingImageJobSpans(t *testing.T) {
 			}
 		}
 	}
+	t.Logf("the image request's spans and those linked to it:\n%s", waterfall(spans, req))
+}
+
+// waterfall draws the spans of req's trace and those linked to it, one a
+// line, as bars on a common time axis (the README's picture of a trace).
+func waterfall(spans tracetest.SpanStubs, req *tracetest.SpanStub) string {
+	var shown []tracetest.SpanStub
+	for _, s := range spans {
+		linked := len(s.Links) > 0 && s.Links[0].SpanContext.SpanID() == req.SpanContext.SpanID()
+		if s.SpanContext.TraceID() == req.SpanContext.TraceID() || linked {
+			shown = append(shown, s)
+		}
+	}
+	sort.Slice(shown, func(i, j int) bool { return shown[i].StartTime.Before(shown[j].StartTime) })
+	start, end := shown[0].StartTime, shown[0].EndTime
+	for _, s := range shown {
+		end = maxTime(end, s.EndTime)
+	}
+	const width = 48
+	scale := float64(width) / float64(end.Sub(start))
+	var b strings.Builder
+	for _, s := range shown {
+		from := int(float64(s.StartTime.Sub(start)) * scale)
+		n := max(1, int(float64(s.EndTime.Sub(s.StartTime))*scale))
+		name := s.Name
+		if s.SpanContext.TraceID() != req.SpanContext.TraceID() {
+			name += " (linked)"
+		} else if s.Name != req.Name {
+			name = "  " + name
+		}
+		fmt.Fprintf(&b, "%-34s %s%s%s %v\n", name, strings.Repeat(" ", from), strings.Repeat("█", n),
+			strings.Repeat(" ", max(0, width-from-n)), s.EndTime.Sub(s.StartTime).Round(100*time.Microsecond))
+	}
+	return b.String()
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // TestTracingLLMWaitSpan: an LLM request that waits for the GPU gets a
