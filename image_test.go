@@ -257,8 +257,9 @@ func TestForeignWorkTakesTheGPU(t *testing.T) {
 	}
 	h.overlapExpected = true                     // until the turnstile has reacted
 	id := h.comfy.Submit(300 * time.Millisecond) // ComfyUI's own UI, not through Caddy
-	st := h.waitStatus("image for foreign work", func(st Status) bool { return st.State == "image" })
-	if st.Job == nil || st.Job.Source != "comfyui" {
+	// The lock is taken a moment before the work is recorded as its job.
+	st := h.waitStatus("image for foreign work", func(st Status) bool { return st.State == "image" && st.Job != nil })
+	if st.Job.Source != "comfyui" {
 		t.Fatalf("status %+v, want the job's source named", st)
 	}
 	if r := h.post(context.Background(), h.llm+"/api/chat", chatBody("llama3.2", false)); r.status != 200 {
