@@ -6,7 +6,11 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 )
@@ -27,10 +31,10 @@ func wantsEvents(r *http.Request) bool {
 
 // serveEvents streams the turnstile's live events as Server-Sent Events:
 // the status at once, then a status within 100 ms of each change, each
-// timed step and each image job's end, until the client goes, the config
-// that serves it is unloaded (so that a reload never waits for a stream;
-// the browser reconnects to the new one) or the client falls behind and
-// is dropped.
+// timed step and each image job's end, until the client goes, its server
+// shuts down or its config is unloaded (so that neither a reload nor
+// Caddy's exit waits for a stream; a browser reconnects to the new
+// config) or the client falls behind and is dropped.
 func (h *StatusHandler) serveEvents(w http.ResponseWriter, r *http.Request) error {
 	sub := h.ts.Subscribe()
 	defer sub.Close()
@@ -75,8 +79,38 @@ func (h *StatusHandler) serveEvents(w http.ResponseWriter, r *http.Request) erro
 			return nil
 		case <-h.done:
 			return nil
+		case <-h.shutdown.C():
+			return nil
 		}
 	}
+}
+
+// shutdownSignal is closed when the HTTP server that serves a handler
+// begins to shut down. Caddy's server then waits for its connections
+// (forever, by default) before it cancels the config's context, so a
+// stream that waited for that context would keep Caddy from exiting.
+type shutdownSignal struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+// onShutdown returns the signal of ctx's HTTP server; one that never
+// fires outside a server.
+func onShutdown(ctx caddy.Context) *shutdownSignal {
+	s := &shutdownSignal{ch: make(chan struct{})}
+	if srv, ok := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok && srv != nil {
+		srv.RegisterOnShutdown(func() { s.once.Do(func() { close(s.ch) }) })
+	}
+	return s
+}
+
+// C is closed once the server begins to shut down; nil (never) for no
+// signal at all.
+func (s *shutdownSignal) C() <-chan struct{} {
+	if s == nil {
+		return nil
+	}
+	return s.ch
 }
 
 // writeEvent appends ev in the event stream's format. Its data is JSON on

@@ -61,8 +61,13 @@ type StatusHandler struct {
 	// basic_auth, forward_auth or a remote_ip matcher).
 	Controls bool `json:"controls,omitempty"`
 
-	ts   *turnstile
-	done <-chan struct{} // closed when the config that serves this ends
+	ts *turnstile
+	// done is closed when the config that serves this ends; shutdown
+	// when its server begins to shut down (a reload or Caddy's exit),
+	// which comes first: the server waits for open connections, so an
+	// event stream must end at once (events.go).
+	done     <-chan struct{}
+	shutdown *shutdownSignal
 }
 
 // CaddyModule returns the Caddy module information.
@@ -81,6 +86,7 @@ func (h *StatusHandler) Provision(ctx caddy.Context) error {
 	}
 	h.ts = ts
 	h.done = ctx.Done()
+	h.shutdown = onShutdown(ctx)
 	return nil
 }
 
