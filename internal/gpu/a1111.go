@@ -69,6 +69,13 @@ func (e *A1111) WaitIdle(ctx context.Context, _ Watch) error { return e.c.WaitId
 // Interrupt implements ImageEngine: the running job stops at its next step.
 func (e *A1111) Interrupt(ctx context.Context, _ string) error { return e.c.Interrupt(ctx) }
 
+// WasInterrupted implements InterruptReporter: /progress keeps the flag
+// of an interrupt after an API job until the next job begins.
+func (e *A1111) WasInterrupted(ctx context.Context) (bool, error) {
+	p, err := e.c.Progress(ctx)
+	return p.Interrupted, err
+}
+
 // Free implements ImageEngine: unload-checkpoint, confirmed by this
 // process's reserved CUDA memory falling in /sdapi/v1/memory.
 func (e *A1111) Free(ctx context.Context) (bool, error) {
@@ -168,5 +175,6 @@ func (w *progressWatch) QueueRemaining() (int, bool) {
 
 var (
 	_ ImageEngine = (*A1111)(nil)
-	_ Preparer    = (*A1111)(nil)
+	_ Preparer          = (*A1111)(nil)
+	_ InterruptReporter = (*A1111)(nil)
 )

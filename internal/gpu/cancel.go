@@ -112,19 +112,38 @@ func (j *ImageJob) CancelAsked() bool { return j.stop.wasAsked() }
 // outcome the engine gave, and returns the outcome the job records. After
 // a cancel's interrupt, a job the engine no longer knows was taken out of
 // its queue before it ran, and a synchronous job that answered success
-// was interrupted (A1111 answers both alike, with what it has made).
+// was interrupted only if its engine says so (A1111 answers both alike,
+// with what it has made; an interrupt that came before the job began was
+// dropped, and the job ran to its end).
 func (j *ImageJob) workEnded(outcome string) string {
 	if j.stop.interrupted.Load() {
 		switch {
 		case outcome == OutcomeLost:
 			outcome = "cancelled"
-		case outcome == "success" && j.e.Synchronous():
+		case outcome == "success" && j.e.Synchronous() && j.reportsInterrupted():
 			outcome = "interrupted"
 		}
 	}
 	// A synchronous request cut by job_timeout may still compute.
 	j.stop.end(outcome, outcome != "timeout")
 	return outcome
+}
+
+// reportsInterrupted asks a synchronous job's engine whether an interrupt
+// stopped the job; false if it cannot tell.
+func (j *ImageJob) reportsInterrupted() bool {
+	r, ok := j.e.(InterruptReporter)
+	if !ok {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(j.g.ctx, j.c.ProbeTimeout)
+	defer cancel()
+	stopped, err := r.WasInterrupted(ctx)
+	if err != nil {
+		j.g.log().Warn("could not tell whether the interrupt stopped the job; recording how its request ended",
+			zap.String("engine", j.e.Name()), zap.Error(err))
+	}
+	return stopped
 }
 
 // setImageJob records j as the job holding the GPU, for CancelJob.
@@ -188,10 +207,8 @@ func (g *GPU) CancelJob(ctx context.Context) (Cancelled, error) {
 	wctx, cancel := context.WithTimeout(ctx, grace)
 	defer cancel()
 	start := time.Now()
-	if !closed(s.ended) {
-		if err := j.sendInterrupt(wctx); err != nil {
-			return j.cancelled(), err
-		}
+	if err := j.interruptUntilEnded(wctx); err != nil {
+		return j.cancelled(), err
 	}
 	select {
 	case <-s.ended:
@@ -215,13 +232,52 @@ func (g *GPU) CancelJob(ctx context.Context) (Cancelled, error) {
 	return res, nil
 }
 
+// resendEvery paces the interrupts of a synchronous job: A1111 drops an
+// interrupt that comes before the job has begun (it clears the flag as a
+// job begins), and its request may still be on its way or waiting for
+// A1111's queue, so the interrupt is sent again until the request ends.
+const resendEvery = 250 * time.Millisecond
+
+// interruptUntilEnded interrupts the job: once for a queued job, whose
+// engine names it; for a synchronous one, again every resendEvery until
+// its request has ended or ctx ends.
+func (j *ImageJob) interruptUntilEnded(ctx context.Context) error {
+	s := j.stop
+	for !closed(s.ended) {
+		if err := j.sendInterrupt(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil // the caller tells a timeout from its own end
+			}
+			return err
+		}
+		if !j.e.Synchronous() {
+			return nil
+		}
+		t := time.NewTimer(resendEvery)
+		select {
+		case <-s.ended:
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		if ctx.Err() != nil {
+			return nil // the caller tells a timeout from its own end
+		}
+	}
+	return nil
+}
+
 // sendInterrupt asks the job's engine to stop it. A refused connection
 // is no failure: the engine is gone, and with it the job.
 func (j *ImageJob) sendInterrupt(ctx context.Context) error {
-	j.stop.interrupted.Store(true)
+	first := !j.stop.interrupted.Swap(true)
 	err := j.e.Interrupt(ctx, j.stop.id)
 	if err == nil || jsonhttp.Refused(err) {
 		return nil
+	}
+	if first {
+		// Not asked after all: the job's end is recorded as it comes.
+		j.stop.interrupted.Store(false)
 	}
 	j.g.log().Warn("interrupt for a cancel failed", zap.Stringp("prompt_id", j.stop.promptID()), zap.Error(err))
 	return fmt.Errorf("%w by %s: %v; the job runs on", ErrInterruptFailed, j.e.Name(), err)

@@ -104,6 +104,14 @@ type Preparer interface {
 	Prepare(ctx context.Context) error
 }
 
+// InterruptReporter is a synchronous ImageEngine that tells, once a job's
+// request has returned, whether an interrupt stopped the job: A1111 answers
+// an interrupted job like a finished one, with what it has made, and keeps
+// the flag until the next job begins.
+type InterruptReporter interface {
+	WasInterrupted(ctx context.Context) (bool, error)
+}
+
 // Watch follows an image engine's events.
 type Watch interface {
 	Run(ctx context.Context)

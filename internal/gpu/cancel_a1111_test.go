@@ -1,0 +1,63 @@
+package gpu
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/a1111"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/a1111/a1111test"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
+)
+
+// TestCancelOfAnA1111JobBeforeItBegins cancels a synchronous A1111 job
+// whose request has not reached A1111 yet. A1111 drops an interrupt that
+// comes before the job begins (it clears the flag as a job begins), so
+// the cancel sends it again until the job is stopped, and answers
+// "interrupted" only because A1111 says the job was: after the job's end.
+func TestCancelOfAnA1111JobBeforeItBegins(t *testing.T) {
+	t.Parallel()
+	card := gputest.New()
+	srv := a1111test.NewServer(card, a1111test.Options{JobDuration: 3 * time.Second})
+	defer srv.Close()
+	c, err := a1111.NewClient(srv.URL(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.Images = []ImageEngine{NewA1111("a1111", c, 20*time.Millisecond, 20*time.Millisecond)}
+	g := New("test", &recorder{})
+	defer g.Close()
+	g.Apply(cfg, zap.NewNop())
+	f := &fixture{g: g, card: card}
+	f.waitState(t, "idle after the start-up probe", func(st Status) bool { return st.State == "idle" })
+
+	job := f.startJob(t)
+	job.Submitting()
+	ch := f.cancelAsync(t, job)
+	f.waitTimeline(t, "the first interrupt, before the job", func(ev []gputest.Event) bool {
+		return gputest.Index(ev, 0, "a1111", "interrupt while idle") >= 0
+	})
+	resp, err := http.Post(srv.URL()+"/sdapi/v1/txt2img", "application/json", strings.NewReader(`{"prompt":"x","steps":30}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	notYet(t, ch, "the job's request ended")
+	job.Ran("success")
+	r := <-ch
+	if r.err != nil || r.res.Outcome != "interrupted" {
+		t.Fatalf("cancel answered %+v, %v; want interrupted", r.res, r.err)
+	}
+	ev := card.Events()
+	if gputest.Index(ev, 0, "a1111", "txt2img end: interrupted") < 0 {
+		t.Fatalf("A1111 did not stop the job:\n%s", gputest.Dump(ev))
+	}
+	f.waitState(t, "idle after the job", func(st Status) bool { return st.State == "idle" })
+	if h := g.History(time.Time{}).Jobs; len(h) != 1 || h[0].Outcome != "interrupted" {
+		t.Fatalf("history %+v", h)
+	}
+}
