@@ -153,13 +153,18 @@ func (g *GPU) setImageJob(j *ImageJob) {
 	g.mu.Unlock()
 }
 
-// dropImageJob forgets j once it ends; the next job may already be there.
+// dropImageJob forgets j, and the status's job with it, once it ends:
+// under one lock, so that a cancel never sees the status's job without
+// j and takes it for work started on the engine directly.
 func (g *GPU) dropImageJob(j *ImageJob) {
 	g.mu.Lock()
 	if g.imageJob == j {
 		g.imageJob = nil
 	}
+	g.act.job = nil
+	g.pokeDirect()
 	g.mu.Unlock()
+	g.notify()
 }
 
 // jobToCancel returns the image job holding the GPU. The start-up probe

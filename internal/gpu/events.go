@@ -113,17 +113,22 @@ func (h *hub) take(spare []change) []change {
 }
 
 // send hands ev to every subscriber, dropping those whose buffer is full.
+// It logs after unlocking: the lock's hot path waits for h.mu.
 func (h *hub) send(ev Event, log *zap.Logger) {
+	dropped := 0
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	for s := range h.subs {
 		select {
 		case s.c <- ev:
 		default:
 			h.removeLocked(s, true)
-			log.Info("live event subscriber dropped: it fell behind by more events than its buffer holds",
-				zap.Int("buffer", eventBuffer))
+			dropped++
 		}
+	}
+	h.mu.Unlock()
+	if dropped > 0 {
+		log.Info("live event subscribers dropped: they fell behind by more events than their buffer holds",
+			zap.Int("dropped", dropped), zap.Int("buffer", eventBuffer))
 	}
 }
 
@@ -244,10 +249,10 @@ func (g *GPU) publish() {
 			return
 		case <-g.hub.wake:
 		case <-recheck.C:
+			if g.hub.idle() {
+				return
+			}
 			if !p.statusChanged() {
-				if g.hub.idle() {
-					return
-				}
 				continue
 			}
 		}

@@ -263,6 +263,5 @@ func (j *ImageJob) finish(id, outcome string) {
 	// did and ended here unconfirmed (timeout, shutdown) may compute on.
 	j.stop.end(outcome, !j.owesFree)
 	g.dropImageJob(j)
-	g.setJob(nil)
 	j.end()
 }
