@@ -224,7 +224,12 @@ func (s *Server) DropSockets() {
 // Submit queues a prompt directly, as ComfyUI's own UI on its own port
 // would, bypassing any proxy. It returns the prompt id.
 func (s *Server) Submit(duration time.Duration) string {
-	j := &job{id: newID(), prompt: json.RawMessage(`{"9":{"class_type":"SaveImage","inputs":{}}}`), nodes: []string{"9"},
+	// Each job's own graph, as a user's prompts differ (a seed, a file
+	// name): ComfyUI's cache would answer a second identical one at once
+	// if the first's history was written before it started.
+	id := newID()
+	graph := fmt.Sprintf(`{"9":{"class_type":"SaveImage","inputs":{"filename_prefix":%q}}}`, id)
+	j := &job{id: id, prompt: json.RawMessage(graph), nodes: []string{"9"},
 		outputs: []string{"9"}, duration: duration, stop: make(chan struct{}), killed: make(chan struct{})}
 	s.enqueue(j)
 	return j.id
