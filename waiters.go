@@ -1,20 +1,17 @@
 package turnstile
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 )
 
-// Bounds on the body that is scanned for the model it names: the body is
-// already in memory for the wait, and a larger one (images in a chat) is
-// not worth the scan for a label. A body read in chunks is joined for the
-// scan, so its bound is lower.
-const (
-	modelScanLimit        = 1 << 20
-	modelScanChunkedLimit = 64 << 10
-)
+// modelScanLimit bounds what of a body is scanned for the model it names:
+// clients name it first or early, and a body with images in it is not
+// worth a full scan for a label.
+const modelScanLimit = 64 << 10
 
 // maxModelShown bounds the model name the status and a span show: a
 // longer one is no model's name.
@@ -22,8 +19,8 @@ const maxModelShown = 256
 
 // waiterOf is what the status shows of r while it waits for the GPU: its
 // path and, for LLM work, the model it names (?model=, or the top-level
-// "model" of a JSON body that was buffered whole for the wait). Nothing
-// else of the body is kept.
+// "model" within the first 64 KiB of a JSON body, which is already in
+// memory for the wait). Nothing else of the body is kept.
 func waiterOf(r *http.Request, t *waitTicket, llm bool) gpu.Waiter {
 	w := gpu.Waiter{Path: r.URL.Path}
 	if !llm {
@@ -39,34 +36,59 @@ func waiterOf(r *http.Request, t *waitTicket, llm bool) gpu.Waiter {
 	return w
 }
 
-// bodyModel returns the "model" a JSON body names at its top level, if the
-// whole body is buffered and small enough; "" otherwise.
+// bodyModel returns the "model" a JSON body names at its top level within
+// its first modelScanLimit bytes; "" otherwise. It reads the top level
+// only up to that member, skipping the values before it.
 func bodyModel(wb *waitBody) string {
 	wb.mu.Lock()
-	defer wb.mu.Unlock()
-	if !wb.complete || len(wb.chunks) == 0 {
-		return ""
-	}
-	var size int
-	for _, c := range wb.chunks {
-		size += len(c)
-	}
-	if size > modelScanLimit || (len(wb.chunks) > 1 && size > modelScanChunkedLimit) {
-		return ""
-	}
-	data := wb.chunks[0]
-	if len(wb.chunks) > 1 {
-		data = make([]byte, 0, size)
+	var head []byte
+	if len(wb.chunks) > 0 && len(wb.chunks[0]) >= modelScanLimit {
+		head = wb.chunks[0][:modelScanLimit] // no copy: the chunk is never written to
+	} else {
 		for _, c := range wb.chunks {
-			data = append(data, c...)
+			head = append(head, c[:min(len(c), modelScanLimit-len(head))]...)
 		}
 	}
-	// Unmarshal skips the fields it has no place for without keeping them.
-	var v struct {
-		Model string `json:"model"`
-	}
-	if json.Unmarshal(data, &v) != nil {
+	wb.mu.Unlock()
+	dec := json.NewDecoder(bytes.NewReader(head))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
 		return ""
 	}
-	return v.Model
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		if key == "model" {
+			var m string
+			if dec.Decode(&m) != nil {
+				return ""
+			}
+			return m
+		}
+		if skipValue(dec) != nil {
+			return ""
+		}
+	}
+	return ""
+}
+
+// skipValue reads past the decoder's next value.
+func skipValue(dec *json.Decoder) error {
+	depth := 0
+	for {
+		t, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		switch t {
+		case json.Delim('{'), json.Delim('['):
+			depth++
+		case json.Delim('}'), json.Delim(']'):
+			depth--
+		}
+		if depth == 0 {
+			return nil
+		}
+	}
 }

@@ -20,9 +20,12 @@ func TestWaiterModel(t *testing.T) {
 		{"not a string", []string{`{"model":7}`}, true, ""},
 		{"not an object", []string{`["model","x"]`}, true, ""},
 		{"not JSON", []string{`model=llama3.2`}, true, ""},
-		{"cut before its end", []string{`{"model":"llama3.2","prompt":"a long pro`}, false, ""},
+		{"named before the body is cut", []string{`{"model":"llama3.2","prompt":"a long pro`}, false, "llama3.2"},
+		{"cut before it", []string{`{"prompt":"a long pro`}, false, ""},
 		{"too long", []string{`{"model":"` + strings.Repeat("m", maxModelShown+1) + `"}`}, true, ""},
-		{"chunks past the chunked bound", []string{`{"model":"llama3.2","prompt":"`, strings.Repeat("p", modelScanChunkedLimit) + `"}`}, true, ""},
+		{"past the scanned part", []string{`{"prompt":"` + strings.Repeat("p", modelScanLimit) + `","model":"llama3.2"}`}, true, ""},
+		{"past the scanned part, in chunks", []string{`{"prompt":"`, strings.Repeat("p", modelScanLimit), `","model":"llama3.2"}`}, true, ""},
+		{"after a large value within it", []string{`{"messages":[{"content":"` + strings.Repeat("p", modelScanLimit/2) + `"}],"model":"qwen3:8b"}`}, true, "qwen3:8b"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
