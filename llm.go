@@ -64,11 +64,8 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 	}
 	defer ticket.done()
 	start := time.Now()
-	waiter := waiterOf(r, ticket, true)
-	ctx, cancel := context.WithTimeout(gpu.WithWaiter(r.Context(), waiter), wait)
-	span := ts.startLLMWait(r, waiter.Model)
+	ctx, cancel := context.WithTimeout(gpu.WithWaiter(r.Context(), waiterOf(r, ticket, true)), wait)
 	err = ts.AcquireShared(ctx)
-	gpu.EndSpan(span, err)
 	cancel()
 	ticket.stopWaiting()
 	waited := time.Since(start)

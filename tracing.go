@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
@@ -16,20 +15,6 @@ import (
 // that take time get child spans (internal/gpu/trace.go has those of the
 // GPU's side). The LLM fast path neither has one nor looks for one: it
 // waits for nothing, and costs the same traced or not.
-
-// startLLMWait starts the span of an LLM request's wait for the GPU,
-// with the model the request names (waiterOf), if any.
-func (ts *turnstile) startLLMWait(r *http.Request, model string) trace.Span {
-	if !trace.SpanFromContext(r.Context()).IsRecording() {
-		return noop.Span{}
-	}
-	attrs := []attribute.KeyValue{gpu.AttrTurnstile.String(ts.name), gpu.AttrKind.String("llm")}
-	if model != "" {
-		attrs = append(attrs, gpu.AttrModel.String(model))
-	}
-	_, span := gpu.StartSpan(r.Context(), "gpu_turnstile.wait", attrs...)
-	return span
-}
 
 // startSubmit starts the span of an image job's forward to its engine,
 // in a context that outlives the client as the forward does.

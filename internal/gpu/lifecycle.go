@@ -17,9 +17,11 @@ import (
 // an LLM request that could not have one at once; the wait shows in the
 // status. The caller releases it with Lock().ReleaseShared.
 func (g *GPU) AcquireShared(ctx context.Context) error {
+	span := g.startLLMWait(ctx)
 	done := g.wait(ctx, lock.LLM, time.Now())
 	err := g.lock.AcquireShared(ctx)
 	done()
+	EndSpan(span, err)
 	return err
 }
 

@@ -123,6 +123,20 @@ func (g *GPU) startWait(ctx context.Context, t *traced) trace.Span {
 	return span
 }
 
+// startLLMWait starts the span of an LLM request's wait for a shared
+// place, with the model the request names (WithWaiter), if any.
+func (g *GPU) startLLMWait(ctx context.Context) trace.Span {
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return noop.Span{}
+	}
+	attrs := []attribute.KeyValue{AttrTurnstile.String(g.name), AttrKind.String("llm")}
+	if m := waiterFrom(ctx).Model; m != "" {
+		attrs = append(attrs, AttrModel.String(m))
+	}
+	_, span := StartSpan(ctx, "gpu_turnstile.wait", attrs...)
+	return span
+}
+
 // startWarm starts the span of a warm-up, linked to the request's span
 // whose use of the GPU it follows.
 func (g *GPU) startWarm(from spanLink, model, engine string) (context.Context, trace.Span) {
