@@ -56,23 +56,27 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 		job.End("cancelled")
 		return clientGone("while the LLM engines were emptied")
 	}
-	if job.CancelAsked() {
-		job.End("cancelled")
+	if job.Submitting() != nil {
 		return writeCancelledBeforeSent(w, e)
 	}
-	job.Submitting()
 	if e.Synchronous() {
 		return ts.serveSyncJob(w, r, next, c, job)
 	}
+	return ts.serveQueuedJob(w, r, next, c, job)
+}
 
-	// Forward detached from the client: if the client goes away once
-	// ComfyUI has the prompt, ComfyUI queues the job anyway, and its
-	// prompt_id must still be read so the GPU is held for it.
+// serveQueuedJob forwards a job to an engine that queues it (ComfyUI)
+// and, once its prompt_id is read, leaves the GPU to the job's watch.
+// The forward is detached from the client: if the client goes away once
+// ComfyUI has the prompt, ComfyUI queues the job anyway, and its
+// prompt_id must still be read so the GPU is held for it.
+func (ts *turnstile) serveQueuedJob(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, c *config, job *gpu.ImageJob) error {
+	e := job.Engine()
 	sctx, span := ts.startSubmit(r, e)
 	fctx, cancel := context.WithTimeout(sctx, c.gpu.JobTimeout)
 	defer cancel()
 	cw := newCaptureWriter(w, c.captureLimit)
-	err = next.ServeHTTP(cw, r.WithContext(fctx))
+	err := next.ServeHTTP(cw, r.WithContext(fctx))
 	id, found := comfy.PromptID(cw.body)
 	queued := err == nil && cw.ok() && found
 	endSubmit(span, e, queued, id, cw.status, err)

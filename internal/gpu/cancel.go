@@ -104,10 +104,6 @@ func closed(ch <-chan struct{}) bool {
 	}
 }
 
-// CancelAsked reports whether a cancel was asked for: a job not yet sent
-// to its engine then ends ("cancelled") instead of being sent.
-func (j *ImageJob) CancelAsked() bool { return j.stop.wasAsked() }
-
 // workEnded records that the job's work has ended on its engine, with the
 // outcome the engine gave, and returns the outcome the job records. After
 // a cancel's interrupt, a job the engine no longer knows was taken out of

@@ -109,9 +109,18 @@ func (j *ImageJob) ready(ctx context.Context) error {
 	return nil
 }
 
+// ErrCancelledBeforeSent is returned by Submitting for a job whose cancel
+// came before it was forwarded: it has ended ("cancelled"), unsent.
+var ErrCancelledBeforeSent = errors.New("image job cancelled before it was sent to its engine")
+
 // Submitting marks the job as being forwarded to its engine, which may
-// hold memory from then on; a synchronous job runs from then on.
-func (j *ImageJob) Submitting() {
+// hold memory from then on; a synchronous job runs from then on. A job
+// already cancelled ends instead, unsent, with ErrCancelledBeforeSent.
+func (j *ImageJob) Submitting() error {
+	if j.stop.wasAsked() {
+		j.End("cancelled")
+		return ErrCancelledBeforeSent
+	}
 	phase := "submitting"
 	if j.e.Synchronous() {
 		phase = "running"
@@ -119,6 +128,7 @@ func (j *ImageJob) Submitting() {
 	}
 	j.g.setPhase(phase)
 	j.g.run(j.e).set(stateRunning)
+	return nil
 }
 
 // End ends a job that queued nothing on the image engine: outcome says
