@@ -159,23 +159,13 @@ func TestStatusControlsCaddyfile(t *testing.T) {
 // Chromium, under the page's CSP: the button shows only on the page of a
 // status handler with controls, and reports the job's end.
 func TestStatusPageCancelButton(t *testing.T) {
-	chromium := findChromium()
-	if chromium == "" {
+	if findChromium() == "" {
 		t.Skip("no Chromium found (Debian package chromium); .ci/run installs it")
 	}
 	h := newHarness(t, harnessOptions{comfy: comfytest.Options{JobDuration: time.Hour}, edit: func(cf string) string {
 		return strings.Replace(cf, "gpu_turnstile_status\n", "gpu_turnstile_status {\n\t\t\tcontrols\n\t\t}\n", 1)
 	}})
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.UserDataDir(t.TempDir()))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	ctx, cancelT := context.WithTimeout(ctx, 60*time.Second)
-	defer cancelT()
+	ctx := newBrowser(t)
 	// The page asks "Cancel the running image job?" and waits, as does
 	// the click: another goroutine accepts.
 	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)

@@ -68,12 +68,18 @@ func BenchmarkHandlerPassthrough(b *testing.B) {
 	}
 }
 
-func TestHandlerPathsDoNotAllocate(t *testing.T) {
+// llmInUseHandler is a handler whose GPU is in LLM use (one shared place
+// held), so that an LLM request takes the fast path.
+func llmInUseHandler(name string) *Handler {
 	c, _ := Settings{Ollama: "http://127.0.0.1:1"}.validate()
-	ts := newTurnstile("alloc")
+	ts := newTurnstile(name)
 	ts.cfgp.Store(c)
-	h := &Handler{class: classAuto, ts: ts}
 	ts.lock.TryAcquireShared()
+	return &Handler{class: classAuto, ts: ts}
+}
+
+func TestHandlerPathsDoNotAllocate(t *testing.T) {
+	h := llmInUseHandler("alloc")
 	for _, tc := range []struct{ method, path string }{{"POST", "/api/chat"}, {"GET", "/api/tags"}} {
 		r := benchRequest(tc.method, tc.path)
 		vars := r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)

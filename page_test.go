@@ -59,23 +59,35 @@ func TestStatusPageInABrowser(t *testing.T) {
 	t.Run("polling", func(t *testing.T) { testStatusPage(t, true) })
 }
 
-func testStatusPage(t *testing.T, polling bool) {
+// newBrowser starts headless Chromium for t, as the machine's closed
+// network wants it, and returns its context, bounded to 60 s; it skips t
+// where no Chromium is installed.
+func newBrowser(t *testing.T) context.Context {
+	t.Helper()
 	chromium := findChromium()
 	if chromium == "" {
 		t.Skip("no Chromium found (Debian package chromium); .ci/run installs it")
 	}
-	h := newHarness(t, harnessOptions{comfy: comfyOpts(time.Hour)})
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true),
 		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1200, 1000))
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
+	t.Cleanup(cancelAlloc)
 	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
+	t.Cleanup(cancel)
 	ctx, cancelT := context.WithTimeout(ctx, 60*time.Second)
-	defer cancelT()
+	t.Cleanup(cancelT)
+	return ctx
+}
+
+func testStatusPage(t *testing.T, polling bool) {
+	if findChromium() == "" {
+		t.Skip("no Chromium found (Debian package chromium); .ci/run installs it")
+	}
+	h := newHarness(t, harnessOptions{comfy: comfyOpts(time.Hour)})
+	ctx := newBrowser(t)
 	var mu sync.Mutex
 	var problems []string
 	if err := chromedp.Listen(ctx, func(ev any) {

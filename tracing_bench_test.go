@@ -74,11 +74,7 @@ func BenchmarkHandlerLLMTracing(b *testing.B) {
 // TestLLMFastPathUntracedDoesNotAllocate: a request that is not traced,
 // or traced but not sampled, costs the fast path no allocation.
 func TestLLMFastPathUntracedDoesNotAllocate(t *testing.T) {
-	c, _ := Settings{Ollama: "http://127.0.0.1:1"}.validate()
-	ts := newTurnstile("alloc-trace")
-	ts.cfgp.Store(c)
-	h := &Handler{class: classAuto, ts: ts}
-	ts.lock.TryAcquireShared()
+	h := llmInUseHandler("alloc-trace")
 	for _, tc := range tracingCases(t)[:2] {
 		r := benchRequest("POST", "/api/chat")
 		if tc.tp != nil {
