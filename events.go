@@ -36,7 +36,12 @@ func wantsEvents(r *http.Request) bool {
 // Caddy's exit waits for a stream; a browser reconnects to the new
 // config) or the client falls behind and is dropped.
 func (h *StatusHandler) serveEvents(w http.ResponseWriter, r *http.Request) error {
-	sub := h.ts.Subscribe()
+	sub, err := h.ts.Subscribe()
+	if err != nil {
+		// The page falls back to polling.
+		w.Header().Set("Retry-After", "30")
+		return writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "gpu_turnstile: " + err.Error()})
+	}
 	defer sub.Close()
 	rc := http.NewResponseController(w)
 	// A stream outlives the server's write timeout, if it has one.

@@ -3,6 +3,7 @@ package gpu
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,7 +39,14 @@ const (
 	// pendingMax bounds the changes waiting for the publisher; past it,
 	// status changes coalesce into the newest and steps are dropped.
 	pendingMax = 256
+	// maxSubscribers bounds the subscribers of one GPU: the status handler
+	// usually sits on an open port, and each subscriber costs a buffer and
+	// a place in every round.
+	maxSubscribers = 256
 )
+
+// ErrTooManySubscribers is returned by Subscribe past maxSubscribers.
+var ErrTooManySubscribers = errors.New("too many subscribers to the live events")
 
 // Subscription receives a GPU's events until it ends: closed by its
 // owner, dropped for falling behind, or ended by the GPU's Close. C is
@@ -165,9 +173,10 @@ func (g *GPU) SetStatusView(view func(Status) any) {
 	g.hub.mu.Unlock()
 }
 
-// Subscribe returns a subscription to the GPU's live events, from now on.
-// The caller sends the status at subscription time itself.
-func (g *GPU) Subscribe() *Subscription {
+// Subscribe returns a subscription to the GPU's live events, from now on,
+// or ErrTooManySubscribers. The caller sends the status at subscription
+// time itself.
+func (g *GPU) Subscribe() (*Subscription, error) {
 	c := make(chan Event, eventBuffer)
 	s := &Subscription{C: c, c: c, hub: g.hub}
 	h := g.hub
@@ -175,7 +184,10 @@ func (g *GPU) Subscribe() *Subscription {
 	defer h.mu.Unlock()
 	if g.ctx.Err() != nil {
 		close(c)
-		return s
+		return s, nil
+	}
+	if len(h.subs) >= maxSubscribers {
+		return nil, ErrTooManySubscribers
 	}
 	h.subs[s] = struct{}{}
 	h.n.Add(1)
@@ -183,7 +195,7 @@ func (g *GPU) Subscribe() *Subscription {
 		h.running = true
 		g.spawn(g.publish)
 	}
-	return s
+	return s, nil
 }
 
 // Changed implements lock.Observer. It runs under the lock's mutex, on

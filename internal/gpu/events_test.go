@@ -3,6 +3,7 @@ package gpu
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -91,7 +92,7 @@ func TestEventsFollowAnLLMRequestAndAnImageJob(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil)
 	f.loadModel(t, "llama3.2")
-	s := f.g.Subscribe()
+	s := subscribe(t, f.g)
 	defer s.Close()
 
 	// A request far shorter than the pacing of the stream still shows.
@@ -148,8 +149,8 @@ func TestEventsFollowAnLLMRequestAndAnImageJob(t *testing.T) {
 func TestSlowSubscriberIsDropped(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil)
-	slow := f.g.Subscribe()
-	reader := f.g.Subscribe()
+	slow := subscribe(t, f.g)
+	reader := subscribe(t, f.g)
 	defer reader.Close()
 	l := f.g.Lock()
 	for i := 0; !slow.Dropped(); i++ {
@@ -229,7 +230,7 @@ func BenchmarkStatusEventLatency(b *testing.B) {
 	g := New("bench", &recorder{})
 	g.Apply(testConfig(), zap.NewNop())
 	defer g.Close()
-	s := g.Subscribe()
+	s := subscribe(b, g)
 	defer s.Close()
 	l := g.Lock()
 	var took []time.Duration
@@ -266,7 +267,7 @@ func BenchmarkLockWithSubscribers(b *testing.B) {
 			g.Apply(testConfig(), zap.NewNop())
 			defer g.Close()
 			for range n {
-				s := g.Subscribe()
+				s := subscribe(b, g)
 				defer s.Close()
 				go func() {
 					for range s.C {
@@ -293,7 +294,7 @@ func TestUnsignalledChangeIsSent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.End("released")
-	s := f.g.Subscribe()
+	s := subscribe(t, f.g)
 	defer s.Close()
 	// The recheck sends the status once: nothing was sent to this
 	// subscriber before it.
@@ -302,4 +303,30 @@ func TestUnsignalledChangeIsSent(t *testing.T) {
 	collect(t, s, func(r received) bool {
 		return r.name == "status" && len(r.status.Holds) == 1 && time.Until(r.status.Holds[0].ExpiresAt) > 30*time.Minute
 	})
+}
+
+func subscribe(tb testing.TB, g *GPU) *Subscription {
+	tb.Helper()
+	s, err := g.Subscribe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+// TestSubscribersAreBounded: past maxSubscribers, Subscribe refuses, and
+// a place freed is taken again.
+func TestSubscribersAreBounded(t *testing.T) {
+	t.Parallel()
+	g := New("bounded", &recorder{})
+	defer g.Close()
+	var subs []*Subscription
+	for range maxSubscribers {
+		subs = append(subs, subscribe(t, g))
+	}
+	if _, err := g.Subscribe(); !errors.Is(err, ErrTooManySubscribers) {
+		t.Fatalf("subscriber %d: %v, want ErrTooManySubscribers", maxSubscribers+1, err)
+	}
+	subs[0].Close()
+	subscribe(t, g).Close()
 }
