@@ -3,6 +3,7 @@ package gpu
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,8 +67,17 @@ func (e *A1111) WaitJob(context.Context, string, Watch) (string, error) { return
 // WaitIdle implements ImageEngine.
 func (e *A1111) WaitIdle(ctx context.Context, _ Watch) error { return e.c.WaitIdle(ctx, e.poll) }
 
-// Interrupt implements ImageEngine: the running job stops at its next step.
-func (e *A1111) Interrupt(ctx context.Context, _ string) error { return e.c.Interrupt(ctx) }
+// Interrupt implements ImageEngine: the running job stops at its next
+// step. A1111's interrupt names no job, so none is sent while work from
+// its own UI runs (its job is "task(…)"): that is someone else's, which
+// the turnstile's job waits behind inside A1111. The caller sends it again
+// while its job is to be stopped.
+func (e *A1111) Interrupt(ctx context.Context, _ string) error {
+	if p, err := e.c.Progress(ctx); err == nil && strings.HasPrefix(p.Job, "task(") {
+		return nil
+	}
+	return e.c.Interrupt(ctx)
+}
 
 // WasInterrupted implements InterruptReporter: /progress keeps the flag
 // of an interrupt after an API job until the next job begins.

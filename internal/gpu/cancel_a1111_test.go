@@ -20,21 +20,8 @@ import (
 // "interrupted" only because A1111 says the job was: after the job's end.
 func TestCancelOfAnA1111JobBeforeItBegins(t *testing.T) {
 	t.Parallel()
-	card := gputest.New()
-	srv := a1111test.NewServer(card, a1111test.Options{JobDuration: 3 * time.Second})
-	defer srv.Close()
-	c, err := a1111.NewClient(srv.URL(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := testConfig()
-	cfg.Images = []ImageEngine{NewA1111("a1111", c, 20*time.Millisecond, 20*time.Millisecond)}
-	g := New("test", &recorder{})
-	defer g.Close()
-	g.Apply(cfg, zap.NewNop())
-	f := &fixture{g: g, card: card}
-	f.waitState(t, "idle after the start-up probe", func(st Status) bool { return st.State == "idle" })
-
+	f, srv := newA1111Fixture(t)
+	card, g := f.card, f.g
 	job := f.startJob(t)
 	job.Submitting()
 	ch := f.cancelAsync(t, job)
@@ -60,4 +47,61 @@ func TestCancelOfAnA1111JobBeforeItBegins(t *testing.T) {
 	if h := g.History(time.Time{}).Jobs; len(h) != 1 || h[0].Outcome != "interrupted" {
 		t.Fatalf("history %+v", h)
 	}
+}
+
+// TestCancelOfAnA1111JobSparesUIWork cancels the turnstile's A1111 job
+// while work from A1111's own UI runs ahead of it inside A1111: the
+// interrupt, which names no job, is held back until that work has ended,
+// and then stops the turnstile's job.
+func TestCancelOfAnA1111JobSparesUIWork(t *testing.T) {
+	t.Parallel()
+	f, srv := newA1111Fixture(t)
+	job := f.startJob(t)
+	job.Submitting()
+	ui := srv.StartUIJob(600 * time.Millisecond)
+	f.waitTimeline(t, "the UI job running", func(ev []gputest.Event) bool {
+		return gputest.Index(ev, 0, "a1111", "ui start") >= 0
+	})
+	ch := f.cancelAsync(t, job)
+	sent := make(chan error, 1)
+	go func() {
+		resp, err := http.Post(srv.URL()+"/sdapi/v1/txt2img", "application/json", strings.NewReader(`{"prompt":"x","steps":30}`))
+		if err == nil {
+			resp.Body.Close()
+		}
+		sent <- err
+	}()
+	<-ui
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	job.Ran("success")
+	r := <-ch
+	ev := f.card.Events()
+	if gputest.Index(ev, 0, "a1111", "ui end: interrupted") >= 0 {
+		t.Fatalf("the cancel interrupted the UI's work:\n%s", gputest.Dump(ev))
+	}
+	if r.err != nil || r.res.Outcome != "interrupted" || gputest.Index(ev, 0, "a1111", "txt2img end: interrupted") < 0 {
+		t.Fatalf("cancel answered %+v, %v; want the turnstile's job interrupted:\n%s", r.res, r.err, gputest.Dump(ev))
+	}
+}
+
+// newA1111Fixture is a GPU orchestrated over the fake A1111 alone, idle.
+func newA1111Fixture(t *testing.T) (*fixture, *a1111test.Server) {
+	t.Helper()
+	card := gputest.New()
+	srv := a1111test.NewServer(card, a1111test.Options{JobDuration: 3 * time.Second})
+	t.Cleanup(srv.Close)
+	c, err := a1111.NewClient(srv.URL(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.Images = []ImageEngine{NewA1111("a1111", c, 20*time.Millisecond, 20*time.Millisecond)}
+	g := New("test", &recorder{})
+	t.Cleanup(g.Close)
+	g.Apply(cfg, zap.NewNop())
+	f := &fixture{g: g, card: card}
+	f.waitState(t, "idle after the start-up probe", func(st Status) bool { return st.State == "idle" })
+	return f, srv
 }
