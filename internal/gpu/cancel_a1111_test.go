@@ -105,3 +105,23 @@ func newA1111Fixture(t *testing.T) (*fixture, *a1111test.Server) {
 	f.waitState(t, "idle after the start-up probe", func(st Status) bool { return st.State == "idle" })
 	return f, srv
 }
+
+// TestPreparedA1111JobEndedUnsentOwesAFree: A1111's checkpoint is put
+// back on the GPU to ready a job (reload-checkpoint); a job that then
+// ends unsent (its client gone, a cancel) has left it there, and the GPU
+// is not given to anyone else before A1111 is freed.
+func TestPreparedA1111JobEndedUnsentOwesAFree(t *testing.T) {
+	t.Parallel()
+	f, _ := newA1111Fixture(t)
+	job := f.startJob(t)
+	ev := f.card.Events()
+	on := gputest.Index(ev, 0, "a1111", "(reload-checkpoint)")
+	if on < 0 {
+		t.Fatalf("the job was not readied:\n%s", gputest.Dump(ev))
+	}
+	job.End("cancelled")
+	f.waitState(t, "idle", func(st Status) bool { return st.State == "idle" })
+	if ev := f.card.Events(); gputest.Index(ev, on, "a1111", "checkpoint off GPU") < 0 {
+		t.Fatalf("A1111 kept its checkpoint on the GPU after a job ended unsent:\n%s", gputest.Dump(ev))
+	}
+}

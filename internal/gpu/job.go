@@ -95,6 +95,10 @@ func (j *ImageJob) ready(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, j.c.UnloadTimeout)
 	defer cancel()
+	// The step loads memory (A1111's checkpoint back on the GPU), even
+	// when it fails part way or the job then ends unsent: the engine owes
+	// a free from now on, before anyone else has the GPU.
+	j.g.run(j.e).owed.Store(true)
 	start := time.Now()
 	err := p.Prepare(ctx)
 	stepEvent(ctx, "readied", j.e.Name(), time.Since(start), err)
