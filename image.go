@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
@@ -76,7 +77,14 @@ func (ts *turnstile) serveQueuedJob(w http.ResponseWriter, r *http.Request, next
 	fctx, cancel := context.WithTimeout(sctx, c.gpu.JobTimeout)
 	defer cancel()
 	cw := newCaptureWriter(w, c.captureLimit)
+	returned := false
+	defer func() {
+		if !returned {
+			endAborted(job, span, cw)
+		}
+	}()
 	err := next.ServeHTTP(cw, r.WithContext(fctx))
+	returned = true
 	id, found := comfy.PromptID(cw.body)
 	queued := err == nil && cw.ok() && found
 	endSubmit(span, e, queued, id, cw.status, err)
@@ -115,7 +123,14 @@ func (ts *turnstile) serveSyncJob(w http.ResponseWriter, r *http.Request, next c
 	fctx, cancel := context.WithTimeout(sctx, c.gpu.JobTimeout)
 	defer cancel()
 	rec := newCaptureWriter(w, 0) // for its status
+	returned := false
+	defer func() {
+		if !returned {
+			endAborted(job, span, rec)
+		}
+	}()
 	err := next.ServeHTTP(rec, r.WithContext(fctx))
+	returned = true
 	outcome := "success"
 	switch {
 	case fctx.Err() != nil:
@@ -128,6 +143,37 @@ func (ts *turnstile) serveSyncJob(w http.ResponseWriter, r *http.Request, next c
 	endSyncSubmit(span, outcome, err)
 	job.Ran(outcome)
 	return err
+}
+
+// errAnswerCut is the error of a forward whose answer could not be copied
+// to the client.
+var errAnswerCut = errors.New("the engine's answer was cut short on its way to the client")
+
+// endAborted ends a job whose forward did not return: reverse_proxy
+// panics with http.ErrAbortHandler when the answer cannot be copied to
+// a client that has gone (the image of a long render, to a closed tab),
+// and the panic goes on up to Caddy after this. The engine has the work
+// all the same: a queued job whose prompt_id was read is held for, a
+// synchronous one (whose answer comes at its end, status 200 once done)
+// is drained; either way the GPU is given back once the engine is idle.
+func endAborted(job *gpu.ImageJob, span trace.Span, cw *captureWriter) {
+	e := job.Engine()
+	if e.Synchronous() {
+		outcome := "failed"
+		if cw.status == http.StatusOK {
+			outcome = "success" // made, if not delivered
+		}
+		endSyncSubmit(span, outcome, errAnswerCut)
+		job.Ran(outcome)
+		return
+	}
+	if id, found := comfy.PromptID(cw.body); found {
+		endSubmit(span, e, true, id, cw.status, nil)
+		job.Submitted(id)
+		return
+	}
+	endSubmit(span, e, false, "", cw.status, errAnswerCut)
+	job.End("failed")
 }
 
 // writeImageError answers in the image engine's error shape.

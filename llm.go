@@ -38,10 +38,7 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 	// Fast path: the GPU is free for LLM use; no buffering, no allocation.
 	if ts.lock.TryAcquireShared() {
 		ts.metrics.waitLLM.Observe(0)
-		defer ts.lock.ReleaseShared()
-		err := next.ServeHTTP(w, r)
-		ts.NoteLLMEnd(r.Context(), err)
-		return err
+		return ts.proxyLLM(w, r, next)
 	}
 	if h.DuringJob != "" && ts.ImageJobRunning() {
 		return h.serveDuringJob(w, r, next)
@@ -79,8 +76,24 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 		return ts.writeBusy(w, r, c, "timeout")
 	}
 	ts.metrics.waitLLM.Observe(waited.Seconds())
-	defer ts.lock.ReleaseShared()
-	err = next.ServeHTTP(w, r)
+	return ts.proxyLLM(w, r, next)
+}
+
+// proxyLLM calls next with the shared place the request holds, and gives
+// it back however next ends. reverse_proxy aborts the handler with a
+// panic when the answer cannot be copied to a client that has gone: that
+// too is an abnormal end, after which the next emptying of the LLM
+// engines is confirmed more strictly.
+func (ts *turnstile) proxyLLM(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	returned := false
+	defer func() {
+		if !returned {
+			ts.NoteLLMEnd(r.Context(), errAnswerCut)
+		}
+		ts.lock.ReleaseShared()
+	}()
+	err := next.ServeHTTP(w, r)
+	returned = true
 	ts.NoteLLMEnd(r.Context(), err)
 	return err
 }

@@ -7,7 +7,8 @@ import (
 	"net/http"
 )
 
-// pngB64 is a 1x1 PNG, the fake's every image, base64 as the API sends it.
+// pngB64 is a 1x1 PNG, the fake's image by default, base64 as the API
+// sends it.
 const pngB64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 
 // deviceErrorText is the exception text of a generation whose model is not
@@ -21,6 +22,19 @@ var generationDefaults = map[string]any{
 	"prompt": "", "negative_prompt": "", "styles": nil, "seed": -1, "sampler_name": nil, "batch_size": 1,
 	"n_iter": 1, "steps": 50, "cfg_scale": 7.0, "width": 512, "height": 512, "override_settings": nil,
 	"send_images": true, "save_images": false,
+}
+
+// image is one generated image, base64: the 1x1 PNG, with zero bytes
+// after its end up to ImageBytes (PNG readers stop at its IEND chunk).
+func (s *Server) image() string {
+	s.imageOnce.Do(func() {
+		s.imageB64 = pngB64
+		png, _ := base64.StdEncoding.DecodeString(pngB64)
+		if pad := s.opts.ImageBytes*3/4 - len(png); pad > 0 {
+			s.imageB64 = base64.StdEncoding.EncodeToString(append(png, make([]byte, pad)...))
+		}
+	})
+	return s.imageB64
 }
 
 func (s *Server) txt2img(w http.ResponseWriter, r *http.Request) {
@@ -71,7 +85,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, route string) 
 		"infotexts": []string{fmt.Sprint(params["prompt"])},
 	})
 	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]any{"images": []string{pngB64}, "parameters": params, "info": string(info)})
+	writeJSON(w, http.StatusOK, map[string]any{"images": []string{s.image()}, "parameters": params, "info": string(info)})
 }
 
 // validImage is decode_base64_to_image's test: an empty or undecodable
@@ -97,7 +111,7 @@ func (s *Server) extraSingle(w http.ResponseWriter, r *http.Request) {
 	if s.run(j, s.enqueue(j)) == aborted {
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"html_info": "", "image": pngB64})
+	writeJSON(w, http.StatusOK, map[string]any{"html_info": "", "image": s.image()})
 }
 
 // extraBatch is extras_batch_images_api, with imageList [{data, name}].
@@ -113,7 +127,7 @@ func (s *Server) extraBatch(w http.ResponseWriter, r *http.Request) {
 		if !validImage(w, item["data"]) {
 			return
 		}
-		images = append(images, pngB64)
+		images = append(images, s.image())
 	}
 	j := s.newJob("extras", "extras", false, s.opts.JobDuration)
 	if s.run(j, s.enqueue(j)) == aborted {

@@ -69,10 +69,17 @@ type Options struct {
 	// CheckpointBytes is what the checkpoint reserves on the GPU while it
 	// is there. Default 4 GiB.
 	CheckpointBytes int64
+	// ImageBytes is the length of each generated image as the API sends
+	// it (base64). A real 512x512 PNG is some 400 KB of it, enough that
+	// copying the answer to a client that has gone fails part way.
+	// Default: a 1x1 PNG.
+	ImageBytes int
 }
 
 // Server is a running fake A1111 or Forge.
 type Server struct {
+	imageOnce sync.Once
+	imageB64  string // what image() answers
 	http *httptest.Server
 	gpu  *gputest.GPU
 	opts Options
@@ -111,6 +118,9 @@ func NewServer(gpu *gputest.GPU, opts Options) *Server {
 	}
 	if opts.UnloadDelay == 0 {
 		opts.UnloadDelay = 10 * time.Millisecond
+	}
+	if opts.ImageBytes == 0 {
+		opts.ImageBytes = len(pngB64)
 	}
 	if opts.CheckpointBytes == 0 {
 		opts.CheckpointBytes = 4 << 30
