@@ -80,9 +80,9 @@ type Options struct {
 type Server struct {
 	imageOnce sync.Once
 	imageB64  string // what image() answers
-	http *httptest.Server
-	gpu  *gputest.GPU
-	opts Options
+	http      *httptest.Server
+	gpu       *gputest.GPU
+	opts      Options
 
 	queue fifoLock      // modules.call_queue.queue_lock
 	move  sync.Mutex    // one checkpoint move (load, unload, reload) at a time
