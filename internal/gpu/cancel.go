@@ -188,24 +188,46 @@ func (g *GPU) jobToCancel() (*ImageJob, error) {
 // gives it back itself (after draining the engine's queue and a free).
 // A job not yet on its engine is waited for: it ends without being sent
 // if it has not been forwarded yet, and is interrupted as soon as it has
-// been queued. Past interrupt_grace from the interrupt, or once ctx ends,
-// it gives up; the job goes on to its own end. It returns ErrNoJob,
-// ErrNotOurJob, ErrInterruptFailed or ErrNotStopped.
+// been queued. Past interrupt_grace from the interrupt it gives up; the
+// job goes on to its own end. If ctx ends first, CancelJob returns
+// ctx.Err() but the cancel stands: it goes on without its caller. It
+// returns ErrNoJob, ErrNotOurJob, ErrInterruptFailed or ErrNotStopped.
 func (g *GPU) CancelJob(ctx context.Context) (Cancelled, error) {
 	j, err := g.jobToCancel()
 	if err != nil {
 		return Cancelled{}, err
 	}
-	s := j.stop
-	s.ask()
+	j.stop.ask()
+	type answer struct {
+		res Cancelled
+		err error
+	}
+	done := make(chan answer, 1)
+	g.spawn(func() {
+		res, err := j.cancel()
+		done <- answer{res, err}
+	})
 	select {
-	case <-s.onEngine:
-	case <-s.ended:
+	case a := <-done:
+		return a.res, a.err
 	case <-ctx.Done():
 		return Cancelled{}, ctx.Err()
 	}
+}
+
+// cancel interrupts the job once it is on its engine and waits, up to
+// interrupt_grace, for its end. It runs detached from the caller, until
+// Caddy stops.
+func (j *ImageJob) cancel() (Cancelled, error) {
+	g, s := j.g, j.stop
+	select {
+	case <-s.onEngine:
+	case <-s.ended:
+	case <-g.ctx.Done():
+		return Cancelled{}, g.ctx.Err()
+	}
 	grace := j.c.InterruptGrace
-	wctx, cancel := context.WithTimeout(ctx, grace)
+	wctx, cancel := context.WithTimeout(g.ctx, grace)
 	defer cancel()
 	start := time.Now()
 	if err := j.interruptUntilEnded(wctx); err != nil {
@@ -214,8 +236,8 @@ func (g *GPU) CancelJob(ctx context.Context) (Cancelled, error) {
 	select {
 	case <-s.ended:
 	case <-wctx.Done():
-		if ctx.Err() != nil {
-			return Cancelled{}, ctx.Err()
+		if g.ctx.Err() != nil {
+			return Cancelled{}, g.ctx.Err()
 		}
 		g.log().Warn("cancelled image job not seen to stop within interrupt_grace; it keeps the GPU until it ends",
 			zap.Stringp("prompt_id", s.promptID()), zap.Duration("interrupt_grace", grace))

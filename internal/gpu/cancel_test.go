@@ -223,3 +223,33 @@ func TestCancelWithoutAJobOfOurs(t *testing.T) {
 	f.clients.comfy.Interrupt(context.Background(), id)
 	f.waitState(t, "idle", func(st Status) bool { return st.State == "idle" })
 }
+
+// A cancel whose caller goes away while the prompt is being forwarded
+// stands: the job is interrupted once queued all the same.
+func TestCancelStandsWhenItsCallerLeaves(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	job := f.startJob(t)
+	job.Submitting()
+	ctx, leave := context.WithCancel(context.Background())
+	left := make(chan error, 1)
+	go func() {
+		_, err := f.g.CancelJob(ctx)
+		left <- err
+	}()
+	select {
+	case <-job.stop.asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cancel was never asked for")
+	}
+	leave()
+	if err := <-left; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancel whose caller left: %v", err)
+	}
+	id := f.submitRunning(t, time.Hour)
+	job.Submitted(id)
+	f.waitState(t, "idle after the interrupt", func(st Status) bool { return st.State == "idle" })
+	if h := f.g.History(time.Time{}).Jobs; len(h) != 1 || h[0].Outcome != "interrupted" {
+		t.Fatalf("history %+v, want the job interrupted", h)
+	}
+}
