@@ -79,7 +79,24 @@ func (e *A1111) Interrupt(ctx context.Context, _ string) error {
 	return e.c.Interrupt(ctx)
 }
 
-// WasInterrupted implements InterruptReporter: /progress keeps the flag
+// InterruptRunning implements RunningInterrupter.
+func (e *A1111) InterruptRunning(ctx context.Context) (landed bool, err error) {
+	p, err := e.c.Progress(ctx)
+	switch {
+	case err != nil:
+		return false, err
+	case strings.HasPrefix(p.Job, "task("):
+		return false, nil // the UI's work, which the job waits behind
+	case p.JobCount != 0 && p.Interrupted:
+		return true, nil
+	}
+	if err := e.c.Interrupt(ctx); err != nil {
+		return false, err
+	}
+	return p.JobCount != 0, nil
+}
+
+// WasInterrupted implements RunningInterrupter: /progress keeps the flag
 // of an interrupt after an API job until the next job begins.
 func (e *A1111) WasInterrupted(ctx context.Context) (bool, error) {
 	p, err := e.c.Progress(ctx)
@@ -186,5 +203,5 @@ func (w *progressWatch) QueueRemaining() (int, bool) {
 var (
 	_ ImageEngine       = (*A1111)(nil)
 	_ Preparer          = (*A1111)(nil)
-	_ InterruptReporter = (*A1111)(nil)
+	_ RunningInterrupter = (*A1111)(nil)
 )

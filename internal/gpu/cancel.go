@@ -52,8 +52,9 @@ type jobStop struct {
 	ended    chan struct{} // closed once the work has ended, or the job
 
 	askOnce, onEngineOnce, endOnce sync.Once
-	// interrupted is set once a cancel has sent the interrupt.
-	interrupted atomic.Bool
+	// interrupted is set once a cancel's interrupt was taken; landed once
+	// one is set on the running job of an engine that names none (A1111).
+	interrupted, landed atomic.Bool
 
 	id        string // the prompt_id, if any; set before onEngine closes
 	outcome   string // set before ended closes
@@ -116,7 +117,7 @@ func (j *ImageJob) workEnded(outcome string) string {
 		switch {
 		case outcome == OutcomeLost:
 			outcome = "cancelled"
-		case outcome == "success" && j.e.Synchronous() && j.reportsInterrupted():
+		case outcome == "success" && j.e.Synchronous() && (j.stop.landed.Load() || j.reportsInterrupted()):
 			outcome = "interrupted"
 		}
 	}
@@ -128,7 +129,7 @@ func (j *ImageJob) workEnded(outcome string) string {
 // reportsInterrupted asks a synchronous job's engine whether an interrupt
 // stopped the job; false if it cannot tell.
 func (j *ImageJob) reportsInterrupted() bool {
-	r, ok := j.e.(InterruptReporter)
+	r, ok := j.e.(RunningInterrupter)
 	if !ok {
 		return false
 	}
@@ -258,22 +259,43 @@ func (j *ImageJob) cancel() (Cancelled, error) {
 // resendEvery paces the interrupts of a synchronous job: A1111 drops an
 // interrupt that comes before the job has begun (it clears the flag as a
 // job begins), and its request may still be on its way or waiting for
-// A1111's queue, so the interrupt is sent again until the request ends.
+// A1111's queue, so the interrupt is sent again until it has landed on
+// the running job or the request has ended.
 const resendEvery = 250 * time.Millisecond
 
 // interruptUntilEnded interrupts the job: once for a queued job, whose
-// engine names it; for a synchronous one, again every resendEvery until
-// its request has ended or ctx ends.
+// engine names it; for a synchronous one, every resendEvery until the
+// interrupt has landed on it or its request has ended. ctx's end is no
+// error: the caller tells it from the job's.
 func (j *ImageJob) interruptUntilEnded(ctx context.Context) error {
 	s := j.stop
-	for !closed(s.ended) {
-		if err := j.sendInterrupt(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil // the caller tells a timeout from its own end
-			}
-			return err
+	ri, ok := j.e.(RunningInterrupter)
+	if !ok {
+		if closed(s.ended) {
+			return nil
 		}
-		if !j.e.Synchronous() {
+		return j.sendInterrupt(ctx)
+	}
+	for !closed(s.ended) && !s.landed.Load() {
+		// Marked before it is sent: the job may end as it lands.
+		first := !s.interrupted.Swap(true)
+		landed, err := ri.InterruptRunning(ctx)
+		switch {
+		case err == nil || jsonhttp.Refused(err):
+			s.landed.Store(landed)
+		case first:
+			s.interrupted.Store(false)
+			if ctx.Err() != nil {
+				return nil
+			}
+			return j.interruptFailed(err)
+		case ctx.Err() != nil:
+			return nil
+		default:
+			// One was taken before: keep at it.
+			j.g.log().Warn("interrupt for a cancel failed; sending it again", zap.String("engine", j.e.Name()), zap.Error(err))
+		}
+		if s.landed.Load() {
 			return nil
 		}
 		t := time.NewTimer(resendEvery)
@@ -284,7 +306,7 @@ func (j *ImageJob) interruptUntilEnded(ctx context.Context) error {
 		}
 		t.Stop()
 		if ctx.Err() != nil {
-			return nil // the caller tells a timeout from its own end
+			return nil
 		}
 	}
 	return nil
@@ -293,15 +315,21 @@ func (j *ImageJob) interruptUntilEnded(ctx context.Context) error {
 // sendInterrupt asks the job's engine to stop it. A refused connection
 // is no failure: the engine is gone, and with it the job.
 func (j *ImageJob) sendInterrupt(ctx context.Context) error {
-	first := !j.stop.interrupted.Swap(true)
+	// Marked before it is sent: ComfyUI may drop the queued job, and its
+	// watch see it gone, before the answer comes.
+	j.stop.interrupted.Store(true)
 	err := j.e.Interrupt(ctx, j.stop.id)
 	if err == nil || jsonhttp.Refused(err) {
 		return nil
 	}
-	if first {
-		// Not asked after all: the job's end is recorded as it comes.
-		j.stop.interrupted.Store(false)
+	j.stop.interrupted.Store(false) // not asked after all
+	if ctx.Err() != nil {
+		return nil
 	}
+	return j.interruptFailed(err)
+}
+
+func (j *ImageJob) interruptFailed(err error) error {
 	j.g.log().Warn("interrupt for a cancel failed", zap.Stringp("prompt_id", j.stop.promptID()), zap.Error(err))
 	return fmt.Errorf("%w by %s: %v; the job runs on", ErrInterruptFailed, j.e.Name(), err)
 }

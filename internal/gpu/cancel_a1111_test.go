@@ -125,3 +125,43 @@ func TestPreparedA1111JobEndedUnsentOwesAFree(t *testing.T) {
 		t.Fatalf("A1111 kept its checkpoint on the GPU after a job ended unsent:\n%s", gputest.Dump(ev))
 	}
 }
+
+// TestCancelOfAnA1111JobWithUIWorkBehindIt: work from A1111's UI queued
+// behind the turnstile's job begins as soon as the job has stopped, which
+// clears A1111's interrupt flag before the job's request has returned;
+// the job still counts as interrupted, since the interrupt was seen set
+// on it while it ran.
+func TestCancelOfAnA1111JobWithUIWorkBehindIt(t *testing.T) {
+	t.Parallel()
+	f, srv := newA1111Fixture(t)
+	job := f.startJob(t)
+	job.Submitting()
+	sent := make(chan error, 1)
+	go func() {
+		resp, err := http.Post(srv.URL()+"/sdapi/v1/txt2img", "application/json", strings.NewReader(`{"prompt":"x","steps":30}`))
+		if err == nil {
+			resp.Body.Close()
+		}
+		sent <- err
+	}()
+	f.waitTimeline(t, "the job running", func(ev []gputest.Event) bool {
+		return gputest.Index(ev, 0, "a1111", "txt2img start") >= 0
+	})
+	ui := srv.StartUIJob(200 * time.Millisecond) // waits behind the job in A1111's queue
+	ch := f.cancelAsync(t, job)
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	f.waitTimeline(t, "the UI's work begun", func(ev []gputest.Event) bool {
+		return gputest.Index(ev, 0, "a1111", "ui start") >= 0
+	})
+	job.Ran("success")
+	r := <-ch
+	if r.err != nil || r.res.Outcome != "interrupted" {
+		t.Fatalf("cancel answered %+v, %v; want interrupted:\n%s", r.res, r.err, gputest.Dump(f.card.Events()))
+	}
+	<-ui
+	if ev := f.card.Events(); gputest.Index(ev, 0, "a1111", "ui end: interrupted") >= 0 {
+		t.Fatalf("the cancel interrupted the UI's work:\n%s", gputest.Dump(ev))
+	}
+}

@@ -104,11 +104,18 @@ type Preparer interface {
 	Prepare(ctx context.Context) error
 }
 
-// InterruptReporter is a synchronous ImageEngine that tells, once a job's
-// request has returned, whether an interrupt stopped the job: A1111 answers
-// an interrupted job like a finished one, with what it has made, and keeps
-// the flag until the next job begins.
-type InterruptReporter interface {
+// RunningInterrupter is a synchronous ImageEngine whose interrupt names no
+// job and is dropped when it comes before a job begins (A1111 clears the
+// flag as a job begins): a cancel interrupts the job once it runs.
+type RunningInterrupter interface {
+	// InterruptRunning interrupts the API job the engine runs now, and
+	// reports whether an interrupt is set on one (landed). While no job
+	// runs it sends one all the same, which the next job's start drops;
+	// while work from the engine's own UI runs, none.
+	InterruptRunning(ctx context.Context) (landed bool, err error)
+	// WasInterrupted reports, once a job's request has returned, whether
+	// an interrupt stopped it (A1111 answers an interrupted job like a
+	// finished one, with what it has made).
 	WasInterrupted(ctx context.Context) (bool, error)
 }
 
