@@ -201,7 +201,7 @@ func (w *progressWatch) QueueRemaining() (int, bool) {
 }
 
 var (
-	_ ImageEngine       = (*A1111)(nil)
-	_ Preparer          = (*A1111)(nil)
+	_ ImageEngine        = (*A1111)(nil)
+	_ Preparer           = (*A1111)(nil)
 	_ RunningInterrupter = (*A1111)(nil)
 )
