@@ -3,13 +3,18 @@
 # keep Caddy from exiting: on SIGTERM, Caddy waits for open connections
 # before it ends the config, so the stream must end as the server shuts
 # down. Only a real process exit shows this; an in-process stop does not
-# wait.
+# wait. It needs bash alone (its /dev/tcp), no curl or python.
 #   .ci/exit-with-stream.sh ./caddy
 set -euo pipefail
 bin=${1:-./caddy}
 dir=$(mktemp -d)
-trap 'kill "${curl_pid:-}" "${caddy_pid:-}" 2>/dev/null || true; rm -rf "$dir"' EXIT
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+trap 'exec 3>&- 2>/dev/null || true; kill "${caddy_pid:-}" 2>/dev/null || true; rm -rf "$dir"' EXIT
+
+# A port nobody listens on, from the ephemeral range's upper part.
+for _ in $(seq 50); do
+	port=$((40000 + RANDOM % 20000))
+	(exec 9<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || break
+done
 cat >"$dir/Caddyfile" <<CADDY
 {
 	admin off
@@ -24,16 +29,19 @@ CADDY
 "$bin" run --config "$dir/Caddyfile" >"$dir/caddy.log" 2>&1 &
 caddy_pid=$!
 for _ in $(seq 100); do
-	curl -fs "http://127.0.0.1:$port/?view=json" >/dev/null 2>&1 && break
+	(exec 9<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
 	sleep 0.1
 done
-curl -sN "http://127.0.0.1:$port/?view=events" >"$dir/events" &
-curl_pid=$!
-for _ in $(seq 100); do
-	grep -q '^event: status' "$dir/events" && break
-	sleep 0.1
+
+# The stream, as a browser's EventSource opens it.
+exec 3<>"/dev/tcp/127.0.0.1/$port"
+printf 'GET /?view=events HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n' >&3
+seen=""
+while IFS= read -r -t 10 line <&3; do
+	case "$line" in "event: status"*) seen=yes; break ;; esac
 done
-grep -q '^event: status' "$dir/events" || { echo "no status event on the stream"; cat "$dir/caddy.log"; exit 1; }
+[ -n "$seen" ] || { echo "no status event on the stream"; cat "$dir/caddy.log"; exit 1; }
+
 kill -TERM "$caddy_pid"
 for _ in $(seq 100); do
 	kill -0 "$caddy_pid" 2>/dev/null || { echo "exit with an open event stream: Caddy stopped"; exit 0; }
