@@ -42,8 +42,9 @@ func waiterOf(r *http.Request, t *waitTicket, llm bool) gpu.Waiter {
 func bodyModel(wb *waitBody) string {
 	wb.mu.Lock()
 	var head []byte
-	if len(wb.chunks) > 0 && len(wb.chunks[0]) >= modelScanLimit {
-		head = wb.chunks[0][:modelScanLimit] // no copy: the chunk is never written to
+	if len(wb.chunks) == 1 || (len(wb.chunks) > 1 && len(wb.chunks[0]) >= modelScanLimit) {
+		c := wb.chunks[0]
+		head = c[:min(len(c), modelScanLimit)] // no copy: the chunk is never written to
 	} else {
 		for _, c := range wb.chunks {
 			head = append(head, c[:min(len(c), modelScanLimit-len(head))]...)
