@@ -119,6 +119,9 @@ func (hr holdRoutes) serve(w http.ResponseWriter, r *http.Request, parts []strin
 			return err
 		}
 		h := hr.find(parts[0])
+		if h != nil && h.Presence() {
+			return errPresenceHold(h)
+		}
 		if h == nil || !h.End("released") {
 			return apiError(http.StatusNotFound, "no hold %q (it may have expired)", parts[0])
 		}
@@ -137,6 +140,9 @@ func (hr holdRoutes) serve(w http.ResponseWriter, r *http.Request, parts []strin
 		if h == nil {
 			return apiError(http.StatusNotFound, "no hold %q (it may have expired)", parts[0])
 		}
+		if h.Presence() {
+			return errPresenceHold(h)
+		}
 		ttl, err := parseTTL(req.TTL, h.TTL)
 		if err != nil {
 			return err
@@ -151,6 +157,14 @@ func (hr holdRoutes) serve(w http.ResponseWriter, r *http.Request, parts []strin
 
 // each calls f for every turnstile these routes reach, until it returns
 // false.
+// errPresenceHold refuses to end or renew a presence hold through the hold
+// routes: it has no lease, and it ends when its hold_while condition
+// clears (ended here, its watch would not take it again while the
+// condition holds).
+func errPresenceHold(h *gpu.Hold) error {
+	return apiError(http.StatusConflict, "hold %q is a presence hold (%s): it ends when its hold_while condition clears", h.ID, h.Owner)
+}
+
 func (hr holdRoutes) each(f func(*turnstile) bool) {
 	if hr.ts != nil {
 		f(hr.ts)

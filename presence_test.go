@@ -3,6 +3,7 @@ package turnstile
 import (
 	"context"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -201,4 +202,26 @@ func TestPresenceHoldGoesBeforeQueuedJobs(t *testing.T) {
 		promptID(t, <-ch)
 	}
 	h.waitIdle()
+}
+
+// A presence hold has no lease and ends when its condition clears: the
+// hold routes neither renew nor end it (ended there, its watch would not
+// take it again while the game runs).
+func TestPresenceHoldNotEndedThroughTheHoldRoutes(t *testing.T) {
+	h := newHarness(t, harnessOptions{settings: "hold_while process routegame*\n\t\tpresence_poll_interval 50ms\n\t\thold_release_after 400ms"})
+	stop := startGame(t, "RouteGame.x86_64")
+	defer stop()
+	st := h.waitStatus("a presence hold", func(st Status) bool { return len(st.Holds) == 1 })
+	id := st.Holds[0].ID
+	for _, r := range []result{
+		h.do("POST", h.admin+"/gpu_turnstile/holds/"+id+"/renew", ``),
+		h.do("DELETE", h.admin+"/gpu_turnstile/holds/"+id, ``),
+	} {
+		if r.status != http.StatusConflict || !strings.Contains(r.body, "presence hold") {
+			t.Fatalf("renew or delete of a presence hold: %d %s, want 409", r.status, r.body)
+		}
+	}
+	if st := h.status(); st.State != "hold" || len(st.Holds) != 1 || !st.Holds[0].ExpiresAt.IsZero() {
+		t.Fatalf("the presence hold changed: state %s holds %+v", st.State, st.Holds)
+	}
 }

@@ -119,6 +119,14 @@ type RunningInterrupter interface {
 	WasInterrupted(ctx context.Context) (bool, error)
 }
 
+// Inheritor is an Engine whose adapter knows something of the engine that
+// a config reload must not forget: the new adapter inherits it from the
+// old one (vLLM: that it was put to sleep by the turnstile, and is to be
+// woken, not emptied again, while an image engine may hold memory).
+type Inheritor interface {
+	Inherit(old Engine)
+}
+
 // Watch follows an image engine's events.
 type Watch interface {
 	Run(ctx context.Context)

@@ -83,14 +83,31 @@ func (g *GPU) runNamed(name string) *engineRun {
 	return r
 }
 
-// register records c's engines as the ones to reach them through.
-func (g *GPU) register(c *Config) {
+// register records c's engines as the ones to reach them through, and
+// returns the image engines no config had before. A new adapter of an
+// engine kept across the reload takes over what the old one knew of it.
+func (g *GPU) register(c *Config) (added []ImageEngine) {
 	for _, e := range c.LLMs {
-		g.run(e).eng.Store(&engineRef{e})
+		g.carryOver(g.run(e), e)
 	}
 	for _, e := range c.Images {
-		g.run(e).eng.Store(&engineRef{e})
+		r := g.run(e)
+		if r.eng.Load() == nil {
+			added = append(added, e)
+		}
+		g.carryOver(r, e)
 	}
+	return added
+}
+
+// carryOver makes e the adapter of r's engine.
+func (g *GPU) carryOver(r *engineRun, e Engine) {
+	if in, ok := e.(Inheritor); ok {
+		if old := r.eng.Load(); old != nil {
+			in.Inherit(old.Engine)
+		}
+	}
+	r.eng.Store(&engineRef{e})
 }
 
 // owedRuns returns the engines that are owed something (a free, a wake),

@@ -212,7 +212,7 @@ func (g *GPU) Apply(c *Config, log *zap.Logger) {
 	if g.ctx.Err() != nil {
 		return // closed
 	}
-	g.register(c)
+	added := g.register(c)
 	g.cfgp.Store(c)
 	g.logp.Store(log)
 	g.lock.SetOptions(lock.Options{MaxExclusiveStreak: c.MaxImageStreak})
@@ -224,6 +224,8 @@ func (g *GPU) Apply(c *Config, log *zap.Logger) {
 	if !g.started {
 		g.started = true
 		g.startUp(c)
+	} else if len(added) > 0 {
+		g.spawn(func() { g.probeAdded(c, added) })
 	}
 }
 

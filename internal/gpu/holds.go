@@ -73,6 +73,10 @@ const (
 	sourcePresence = "presence"
 )
 
+// Presence reports whether h is a presence hold (hold_while), which has
+// no lease and ends when its condition clears.
+func (h *Hold) Presence() bool { return h.Source == sourcePresence }
+
 // Status returns the hold as the status shows it.
 func (h *Hold) Status() HoldStatus {
 	h.mu.Lock()

@@ -61,8 +61,11 @@ func (g *GPU) watchPresence(c *Config) {
 			if h := prev.takeHold(); h != nil {
 				g.spawn(func() { h.End("released") })
 			}
-			prev.stopAcquiring()
 		}
+		// A hold still being taken for the old state would land where
+		// nothing releases it: it is given back as it comes, and a kept
+		// condition's new watch takes it again.
+		prev.stopAcquiring()
 	}
 }
 

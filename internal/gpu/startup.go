@@ -75,27 +75,47 @@ func (g *GPU) reportWatch(e ImageEngine, run *engineRun, connected bool, err err
 
 // reconcileAtStart runs with the lock held exclusively from start-up: it
 // probes every engine at once, asking each image engine whether work is
-// queued, and keeps the GPU until that work ends. An image engine that
-// cannot be asked within probe_timeout is left to its watch.
-func (g *GPU) reconcileAtStart(u *use) {
+// queued, and keeps the GPU until that work ends.
+func (g *GPU) reconcileAtStart(u *use) { g.reconcile(u, u.c.LLMs, u.c.Images) }
+
+// probeAdded probes the image engines a config reload added, as the
+// start-up probe does all of them, once it has the GPU alone: one may
+// hold memory from its launch (A1111 loads its checkpoint then) or have
+// work queued, and the GPU goes to nobody beside it until it is freed.
+func (g *GPU) probeAdded(c *Config, added []ImageEngine) {
+	if err := g.lock.AcquireExclusive(g.ctx, lock.ImageJob); err != nil {
+		return // closed
+	}
+	g.mu.Lock()
+	g.act.probing = true
+	g.act.job = &Job{Source: added[0].Name(), Phase: "probe of an engine the config added", Started: time.Now()}
+	g.mu.Unlock()
+	g.reconcile(&use{g: g, c: c}, nil, added)
+}
+
+// reconcile probes llms and images at once, with the lock held
+// exclusively for u, and keeps the GPU until the work found queued on an
+// image engine ends. An image engine that cannot be asked within
+// probe_timeout is left to its watch, owing a free.
+func (g *GPU) reconcile(u *use, llms []LLMEngine, images []ImageEngine) {
 	c := u.c
 	ctx, cancel := context.WithTimeout(g.ctx, c.ProbeTimeout)
-	busy := make([]bool, len(c.Images))
+	busy := make([]bool, len(images))
 	var wg sync.WaitGroup
-	for _, e := range c.LLMs {
+	for _, e := range llms {
 		wg.Go(func() { g.probeLLM(c, e) })
 	}
-	for i, e := range c.Images {
+	for i, e := range images {
 		wg.Go(func() { busy[i] = g.probeImage(ctx, c, e) })
 	}
 	wg.Wait()
 	cancel()
-	// Until the GPU is given back (after the start-up free), it is the
-	// probe's, unless work was found: then it is that work's.
+	// Until the GPU is given back (after the free), it is the probe's,
+	// unless work was found: then it is that work's.
 	if slices.Contains(busy, true) {
 		g.setProbing(false)
 	}
-	for i, e := range c.Images {
+	for i, e := range images {
 		if busy[i] {
 			g.drainDirect(u, e)
 		}
@@ -111,13 +131,16 @@ func (g *GPU) setProbing(on bool) {
 	g.mu.Unlock()
 }
 
-// probeImage asks e at start-up whether work is queued, and reports
-// whether it is. An engine that answers owes a free.
+// probeImage asks e whether work is queued, and reports whether it is.
+// An engine owes a free unless it refused the connection: one that
+// answers may hold memory, and so may one that could not be asked (a 503
+// while it starts, a timeout).
 func (g *GPU) probeImage(ctx context.Context, c *Config, e ImageEngine) bool {
 	running, pending, err := g.probeQueue(ctx, e)
 	switch {
 	case err != nil && !jsonhttp.Refused(err):
-		g.log().Warn(e.Name()+" queue unknown at start-up; its watch takes over",
+		g.run(e).owed.Store(true)
+		g.log().Warn(e.Name()+" queue unknown; its watch takes over, and it is freed before LLM use",
 			zap.String("url", RedactURL(e.URL())), zap.Error(err))
 		return false
 	case err != nil:

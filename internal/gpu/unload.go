@@ -78,6 +78,10 @@ func (g *GPU) emptyLLM(ctx context.Context, c *Config, e LLMEngine, abnormal int
 		run.set(prev)
 		if errors.Is(err, ErrCannotEmpty) {
 			run.set(stateUnemptiable)
+		} else if _, ok := e.(Waker); ok {
+			// A sleep cut short by unload_timeout may yet happen: the
+			// engine is woken before LLM use (waking one awake is a no-op).
+			run.owed.Store(true)
 		}
 		g.metrics.UpstreamError(upstreamKind(e), e.Name(), "unload")
 		if errors.Is(err, ErrNotEmptied) {

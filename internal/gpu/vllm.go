@@ -105,7 +105,16 @@ func (e *VLLM) Wake(ctx context.Context) error {
 	return err
 }
 
+// Inherit implements Inheritor: a new adapter of the same vLLM knows
+// whether the old one put it to sleep.
+func (e *VLLM) Inherit(old Engine) {
+	if o, ok := old.(*VLLM); ok && o.URL() == e.URL() {
+		e.slept.Store(o.slept.Load())
+	}
+}
+
 var (
 	_ LLMEngine = (*VLLM)(nil)
 	_ Waker     = (*VLLM)(nil)
+	_ Inheritor = (*VLLM)(nil)
 )
