@@ -135,9 +135,17 @@ func (j *ImageJob) Submitting() error {
 	return nil
 }
 
-// End ends a job that queued nothing on the image engine: outcome says
-// why ("cancelled", "rejected", "failed").
-func (j *ImageJob) End(outcome string) { j.finish("", outcome) }
+// End ends a job that queued nothing on the image engine, as far as its
+// answer shows: outcome says why ("cancelled", "rejected", "failed"). A
+// forward that failed ("failed": the upstream broke off, its answer was
+// lost) may have left the work with the engine all the same, so the
+// engine owes a free.
+func (j *ImageJob) End(outcome string) {
+	if outcome == "failed" {
+		j.g.run(j.e).owed.Store(true)
+	}
+	j.finish("", outcome)
+}
 
 // Ran ends the request of a synchronous job, which was the job (see
 // ImageEngine.Synchronous); outcome is "success", "failed", or "timeout"

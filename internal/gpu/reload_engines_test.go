@@ -204,3 +204,38 @@ func TestPresenceHoldTakenAcrossAReloadIsReleased(t *testing.T) {
 		return st.State != "hold" && len(st.Holds) == 0 && st.HoldWaiting == 0
 	})
 }
+
+// TestFailedForwardOwesAFree: a forward that broke off may have left the
+// prompt with ComfyUI, which then runs it: ComfyUI is freed before LLM
+// use, as after a job.
+func TestFailedForwardOwesAFree(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	frees := f.comfy.Frees()
+	job := f.startJob(t)
+	job.Submitting()
+	job.End("failed")
+	f.waitState(t, "idle", func(st Status) bool { return st.State == "idle" })
+	if f.comfy.Frees() == frees {
+		t.Fatal("ComfyUI not freed after a forward that failed")
+	}
+}
+
+// TestEngineBackUpOwesAFree: an image engine whose watch comes back up
+// may have restarted, and loaded memory on its own at launch (A1111's
+// checkpoint): it owes a free from then on.
+func TestEngineBackUpOwesAFree(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	e := f.cfg.Images[0]
+	run := f.g.run(e)
+	run.owed.Store(false)
+	f.g.reportWatch(e, run, false, context.DeadlineExceeded)
+	if run.owed.Load() {
+		t.Fatal("an engine that went down owes a free")
+	}
+	f.g.reportWatch(e, run, true, nil)
+	if !run.owed.Load() {
+		t.Fatal("an engine back up owes no free")
+	}
+}

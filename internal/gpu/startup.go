@@ -64,8 +64,14 @@ func (g *GPU) currentWatcher(e ImageEngine) Watch {
 }
 
 func (g *GPU) reportWatch(e ImageEngine, run *engineRun, connected bool, err error) {
-	run.ws.Store(connected)
+	was := run.ws.Swap(connected)
 	if connected {
+		if !was {
+			// An engine that (re)started may hold memory it loaded on
+			// its own (A1111 loads its checkpoint at launch): it is
+			// freed before the GPU next goes to LLM use.
+			run.owed.Store(true)
+		}
 		run.up.set(nil)
 		g.log().Debug(e.Name() + "'s event stream connected")
 		return
