@@ -213,6 +213,8 @@ func TestFreeActsBetweenJobsAndFreesAtTheEnd(t *testing.T) {
 	_, a, _ := post(t, srv.URL+"/prompt", prompt("", "1", 100))
 	_, b, _ := post(t, srv.URL+"/prompt", prompt("", "2", 100))
 	idA, idB := promptID(t, a), promptID(t, b)
+	// The worker takes job A a moment after it is queued.
+	gpu.WaitFor(10*time.Second, func(ev []gputest.Event) bool { return gputest.Index(ev, 0, "comfy", "job "+idA+" start") >= 0 })
 	post(t, srv.URL+"/free", `{"unload_models":true,"free_memory":true}`)
 	if srv.Reserved() == 0 {
 		t.Fatal("freed during the job")
