@@ -78,16 +78,22 @@ func llmInUseHandler(name string) *Handler {
 	return &Handler{class: classAuto, ts: ts}
 }
 
+// allocsPerRequest is what h allocates per request r, served again and
+// again.
+func allocsPerRequest(h *Handler, r *http.Request) float64 {
+	vars := r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
+	w := httptest.NewRecorder()
+	return testing.AllocsPerRun(200, func() {
+		delete(vars, handledVar)
+		h.ServeHTTP(w, r, nopNext)
+	})
+}
+
 func TestHandlerPathsDoNotAllocate(t *testing.T) {
 	h := llmInUseHandler("alloc")
 	for _, tc := range []struct{ method, path string }{{"POST", "/api/chat"}, {"GET", "/api/tags"}} {
 		r := benchRequest(tc.method, tc.path)
-		vars := r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
-		w := httptest.NewRecorder()
-		if n := testing.AllocsPerRun(200, func() {
-			delete(vars, handledVar)
-			h.ServeHTTP(w, r, nopNext)
-		}); n != 0 {
+		if n := allocsPerRequest(h, r); n != 0 {
 			t.Errorf("%s %s: %v allocations per request in the middleware", tc.method, tc.path, n)
 		}
 	}

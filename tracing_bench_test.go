@@ -82,12 +82,7 @@ func TestLLMFastPathUntracedDoesNotAllocate(t *testing.T) {
 			defer span.End()
 			r = r.WithContext(ctx)
 		}
-		vars := r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
-		w := httptest.NewRecorder()
-		if n := testing.AllocsPerRun(200, func() {
-			delete(vars, handledVar)
-			h.ServeHTTP(w, r, nopNext)
-		}); n != 0 {
+		if n := allocsPerRequest(h, r); n != 0 {
 			t.Errorf("tracing %s: %v allocations per LLM request on the fast path", tc.name, n)
 		}
 	}

@@ -63,14 +63,7 @@ func TestCancelOfAnA1111JobSparesUIWork(t *testing.T) {
 		return gputest.Index(ev, 0, "a1111", "ui start") >= 0
 	})
 	ch := f.cancelAsync(t, job)
-	sent := make(chan error, 1)
-	go func() {
-		resp, err := http.Post(srv.URL()+"/sdapi/v1/txt2img", "application/json", strings.NewReader(`{"prompt":"x","steps":30}`))
-		if err == nil {
-			resp.Body.Close()
-		}
-		sent <- err
-	}()
+	sent := postTxt2img(srv)
 	<-ui
 	if err := <-sent; err != nil {
 		t.Fatal(err)
@@ -84,6 +77,20 @@ func TestCancelOfAnA1111JobSparesUIWork(t *testing.T) {
 	if r.err != nil || r.res.Outcome != "interrupted" || gputest.Index(ev, 0, "a1111", "txt2img end: interrupted") < 0 {
 		t.Fatalf("cancel answered %+v, %v; want the turnstile's job interrupted:\n%s", r.res, r.err, gputest.Dump(ev))
 	}
+}
+
+// postTxt2img sends a txt2img straight to the fake A1111, as the handler
+// forwards a job, and reports how the request ended.
+func postTxt2img(srv *a1111test.Server) <-chan error {
+	sent := make(chan error, 1)
+	go func() {
+		resp, err := http.Post(srv.URL()+"/sdapi/v1/txt2img", "application/json", strings.NewReader(`{"prompt":"x","steps":30}`))
+		if err == nil {
+			resp.Body.Close()
+		}
+		sent <- err
+	}()
+	return sent
 }
 
 // newA1111Fixture is a GPU orchestrated over the fake A1111 alone, idle.
@@ -136,14 +143,7 @@ func TestCancelOfAnA1111JobWithUIWorkBehindIt(t *testing.T) {
 	f, srv := newA1111Fixture(t)
 	job := f.startJob(t)
 	job.Submitting()
-	sent := make(chan error, 1)
-	go func() {
-		resp, err := http.Post(srv.URL()+"/sdapi/v1/txt2img", "application/json", strings.NewReader(`{"prompt":"x","steps":30}`))
-		if err == nil {
-			resp.Body.Close()
-		}
-		sent <- err
-	}()
+	sent := postTxt2img(srv)
 	f.waitTimeline(t, "the job running", func(ev []gputest.Event) bool {
 		return gputest.Index(ev, 0, "a1111", "txt2img start") >= 0
 	})
