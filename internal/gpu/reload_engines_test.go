@@ -239,3 +239,20 @@ func TestEngineBackUpOwesAFree(t *testing.T) {
 		t.Fatal("an engine back up owes no free")
 	}
 }
+
+// TestDirectWorkOverWhenSeenOwesAFree: work started on ComfyUI directly
+// that has ended by the time the turnstile looks may have left its models
+// loaded: ComfyUI owes a free.
+func TestDirectWorkOverWhenSeenOwesAFree(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	run := f.g.run(f.cfg.Images[0])
+	run.owed.Store(false)
+	if !f.g.takeDirect(f.cfg.Images[0]) {
+		t.Fatal("direct work not taken")
+	}
+	f.g.runDirect("comfyui") // the queue is empty
+	if !run.owed.Load() {
+		t.Fatal("direct work over when seen owes no free")
+	}
+}

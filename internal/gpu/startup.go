@@ -280,7 +280,11 @@ func (g *GPU) runDirect(name string) {
 	}
 	defer g.endDirect(e)
 	// Taking the GPU holds LLM requests back: only for work that is there.
+	// Work seen and over already may have left its models behind (or the
+	// event was stale, a job of ours that just ended: one free more), so
+	// the engine owes a free, paid at the next hand-over.
 	if !g.queued(c, e) {
+		g.run(e).owed.Store(true)
 		return
 	}
 	if err := g.acquireExclusive(g.ctx, lock.ImageJob); err != nil {
