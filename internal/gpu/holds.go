@@ -317,6 +317,12 @@ func (g *GPU) restoreHold(c *Config) bool {
 		return false
 	}
 	u := &use{g: g, c: c}
+	// The image engines are probed once the hold ends: until then what
+	// they hold is unknown (A1111 loads its checkpoint at launch), so
+	// each is freed for the hold.
+	for _, e := range c.Images {
+		g.run(e).owed.Store(true)
+	}
 	h := &Hold{ID: live.ID, Owner: live.Owner, Source: sourceAdmin, Since: live.Since, TTL: live.TTL, g: g, use: u, ready: make(chan struct{})}
 	g.act.holds[h.ID] = h
 	h.arm(live.ExpiresAt)

@@ -256,3 +256,59 @@ func TestDirectWorkOverWhenSeenOwesAFree(t *testing.T) {
 		t.Fatal("direct work over when seen owes no free")
 	}
 }
+
+// TestRestoredHoldFreesTheImageEngines: a hold restored at start-up takes
+// the GPU before the image engines are probed; A1111, which loaded its
+// checkpoint at launch, is freed for it all the same.
+func TestRestoredHoldFreesTheImageEngines(t *testing.T) {
+	t.Parallel()
+	card := gputest.New()
+	srv := a1111test.NewServer(card, a1111test.Options{})
+	defer srv.Close()
+	ac, _ := a1111.NewClient(srv.URL(), nil)
+	now := time.Now()
+	c := testConfig()
+	c.Images = []ImageEngine{NewA1111("a1111", ac, 20*time.Millisecond, 20*time.Millisecond)}
+	c.HoldStore = &memStore{recs: map[string]SavedHold{
+		"live": {ID: "live", Owner: "game", TTL: time.Minute, Since: now, ExpiresAt: now.Add(time.Minute)},
+	}}
+	g := New("t", &recorder{})
+	defer g.Close()
+	g.Apply(c, zap.NewNop())
+	if g.FindHold("live") == nil {
+		t.Fatal("the hold was not restored")
+	}
+	if !card.WaitFor(10*time.Second, func(ev []gputest.Event) bool { return gputest.Index(ev, 0, "a1111", "checkpoint off GPU") >= 0 }) {
+		t.Fatalf("A1111 kept its checkpoint through the restored hold:\n%s", gputest.Dump(card.Events()))
+	}
+}
+
+// TestCloseWithARestoredHold: Caddy stops while a hold restored at
+// start-up holds the GPU and the start-up probe waits behind it. Close
+// ends the hold, the probe gets the GPU as Close runs, and Close returns.
+func TestCloseWithARestoredHold(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	c := testConfig()
+	c.Images = []ImageEngine{&fakeImage{name: "img"}}
+	c.HoldStore = &memStore{recs: map[string]SavedHold{
+		"live": {ID: "live", Owner: "game", TTL: time.Minute, Since: now, ExpiresAt: now.Add(time.Minute)},
+	}}
+	g := New("t", &recorder{})
+	g.Apply(c, zap.NewNop())
+	h := g.FindHold("live")
+	if h == nil {
+		t.Fatal("the hold was not restored")
+	}
+	<-h.ready
+	closed := make(chan struct{})
+	go func() {
+		g.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return with a restored hold and the start-up probe behind it")
+	}
+}

@@ -32,9 +32,12 @@ func (g *GPU) startUp(c *Config) {
 	if restored {
 		g.spawn(func() {
 			if err := g.lock.AcquireExclusive(g.ctx, lock.ImageJob); err == nil {
+				// Not under g.mu: once Close has begun, spawn runs its
+				// function in the caller, and the probe takes g.mu.
 				g.mu.Lock()
-				g.beginStartUpProbe(c)
+				u := g.markStartUpProbe(c)
 				g.mu.Unlock()
+				g.reconcileAtStart(u)
 			}
 		})
 		return
@@ -45,12 +48,19 @@ func (g *GPU) startUp(c *Config) {
 }
 
 // beginStartUpProbe starts the start-up probe of the image engines, with
-// the lock held exclusively. It runs under g.mu.
+// the lock held exclusively. It runs under g.mu, from Apply, which does
+// nothing once Close has begun.
 func (g *GPU) beginStartUpProbe(c *Config) {
+	u := g.markStartUpProbe(c)
+	g.spawn(func() { g.reconcileAtStart(u) })
+}
+
+// markStartUpProbe records the start-up probe as the work holding the
+// GPU, and returns its use; g.mu is held.
+func (g *GPU) markStartUpProbe(c *Config) *use {
 	g.act.probing = true
 	g.act.job = &Job{Source: c.Images[0].Name(), Phase: "start-up probe", Started: time.Now()}
-	u := &use{g: g, c: c}
-	g.spawn(func() { g.reconcileAtStart(u) })
+	return &use{g: g, c: c}
 }
 
 // currentWatcher returns the running watch over e's events, or nil.
