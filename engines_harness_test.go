@@ -3,7 +3,6 @@ package turnstile
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -52,7 +51,7 @@ var llmKinds = map[string]bool{"ollama": true, "llamacpp": true, "llamaswap": tr
 
 func newMix(t *testing.T, opts mixOptions) *mix {
 	t.Helper()
-	h := &harness{t: t, gpu: gputest.New(), client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
+	h := &harness{t: t, gpu: gputest.New(), client: newTestClient()}
 	h.gpu.ShareAmong("ollama", "llamacpp", "llamaswap", "vllm")
 	m := &mix{harness: h, sites: map[string]string{}}
 	if slices.Contains(opts.engines, "vllm") && slices.Contains(opts.engines, "a1111") {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -66,7 +68,7 @@ type harnessOptions struct {
 
 func newHarness(t *testing.T, opts harnessOptions) *harness {
 	t.Helper()
-	h := &harness{t: t, gpu: gputest.New(), client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
+	h := &harness{t: t, gpu: gputest.New(), client: newTestClient()}
 	h.ollama = ollamatest.NewServer(h.gpu, opts.ollama)
 	if opts.comfyURL == "" {
 		h.comfy = comfytest.NewServer(h.gpu, opts.comfy)
@@ -102,6 +104,23 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		}
 	})
 	return h
+}
+
+// newTestClient is the tests' HTTP client. A connection the kernel has
+// queued on an old config's listener is reset as that listener closes
+// (Caddy's listeners share their port across a reload, SO_REUSEPORT):
+// nothing was sent on it, so its dial is tried again.
+func newTestClient() *http.Client {
+	var d net.Dialer
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		for try := 1; ; try++ {
+			c, err := d.DialContext(ctx, network, addr)
+			if err == nil || try == 3 || !errors.Is(err, syscall.ECONNRESET) {
+				return c, err
+			}
+		}
+	}
+	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, DialContext: dial}}
 }
 
 func (h *harness) caddyfile(opts harnessOptions) string {
