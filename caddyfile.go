@@ -27,7 +27,9 @@ func init() {
 	httpcaddyfile.RegisterDirectiveOrder("gpu_turnstile_holds", httpcaddyfile.Before, "respond")
 }
 
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
+// nameRE is a turnstile's name: it names the turnstile's folder in Caddy's
+// storage (its holds), so "." and ".." are no names.
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9_.-]*$`)
 
 // parseGlobalOption parses the global option; it may appear once per
 // turnstile name:

@@ -155,8 +155,6 @@ func (hr holdRoutes) serve(w http.ResponseWriter, r *http.Request, parts []strin
 	return apiError(http.StatusNotFound, "no such route: %s", r.URL.Path)
 }
 
-// each calls f for every turnstile these routes reach, until it returns
-// false.
 // errPresenceHold refuses to end or renew a presence hold through the hold
 // routes: it has no lease, and it ends when its hold_while condition
 // clears (ended here, its watch would not take it again while the
@@ -165,6 +163,8 @@ func errPresenceHold(h *gpu.Hold) error {
 	return apiError(http.StatusConflict, "hold %q is a presence hold (%s): it ends when its hold_while condition clears", h.ID, h.Owner)
 }
 
+// each calls f for every turnstile these routes reach, until it returns
+// false.
 func (hr holdRoutes) each(f func(*turnstile) bool) {
 	if hr.ts != nil {
 		f(hr.ts)

@@ -119,14 +119,20 @@ func TestHoldsHandlerBadInput(t *testing.T) {
 	h.waitIdle()
 }
 
+// withStorage returns a directory of its own for Caddy's storage, and the
+// harness's Caddyfile with that storage: where holds are kept.
+func (h *harness) withStorage() (dir, caddyfile string) {
+	dir = h.t.TempDir()
+	return dir, strings.Replace(h.caddyfile(harnessOptions{}), "\tpersist_config off\n",
+		"\tpersist_config off\n\tstorage file_system {\n\t\troot "+dir+"\n\t}\n", 1)
+}
+
 // A hold survives a restart of Caddy: it is kept in Caddy's storage, taken
 // again at start-up with the same id before any LLM request gets through,
 // and its remaining ttl still ends it.
 func TestHoldSurvivesRestart(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
-	dir := t.TempDir()
-	cf := strings.Replace(h.caddyfile(harnessOptions{}), "\tpersist_config off\n",
-		"\tpersist_config off\n\tstorage file_system {\n\t\troot "+dir+"\n\t}\n", 1)
+	dir, cf := h.withStorage()
 	h.load(cf)
 	h.waitIdle()
 	id := h.takeHold(t, "trainer", "4s")
@@ -175,9 +181,7 @@ func TestHoldSurvivesRestart(t *testing.T) {
 // A released hold is not taken again at the next start.
 func TestReleasedHoldIsNotRestored(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
-	dir := t.TempDir()
-	cf := strings.Replace(h.caddyfile(harnessOptions{}), "\tpersist_config off\n",
-		"\tpersist_config off\n\tstorage file_system {\n\t\troot "+dir+"\n\t}\n", 1)
+	dir, cf := h.withStorage()
 	h.load(cf)
 	h.waitIdle()
 	id := h.takeHold(t, "game", "1m")

@@ -46,3 +46,19 @@ func TestAdaptDoesNotProbeTheHost(t *testing.T) {
 		t.Fatalf("load without nvidia-smi: %v, want an error saying it is not found", err)
 	}
 }
+
+// A turnstile's name names its folder in Caddy's storage: JSON gets the
+// Caddyfile's check, and "." or ".." is refused, as is a path.
+func TestTurnstileNamesAreChecked(t *testing.T) {
+	for _, name := range []string{"..", ".", "../../x", "a/b", ""} {
+		cfg := fmt.Sprintf(`{"admin":{"disabled":true},"apps":{"gpu_turnstile":{"turnstiles":{%q:{"ollama":"http://127.0.0.1:1"}}}}}`, name)
+		if err := caddy.Load([]byte(cfg), true); err == nil || !strings.Contains(err.Error(), "turnstile name") {
+			t.Errorf("turnstile %q: %v, want the name refused", name, err)
+		}
+	}
+	src := "{\n\tgpu_turnstile .. {\n\t\tollama http://127.0.0.1:1\n\t}\n}\n"
+	if _, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(src), map[string]any{"filename": "Caddyfile"}); err == nil {
+		t.Error(`gpu_turnstile ".." adapts`)
+	}
+	caddy.Stop()
+}

@@ -64,6 +64,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.configs = map[string]*config{}
 	a.runtimes = map[string]*turnstile{}
 	for _, name := range a.names() {
+		if !nameRE.MatchString(name) {
+			return fmt.Errorf("gpu_turnstile: turnstile name %q: letters, digits, '_', '-' and '.', not first", name)
+		}
 		s := a.Turnstiles[name]
 		if s == nil {
 			return fmt.Errorf("gpu_turnstile %s: no settings", name)

@@ -185,7 +185,7 @@ func (l *Lock) AcquireExclusive(ctx context.Context, kind Kind) error {
 		return err
 	}
 	l.mu.Lock()
-	if l.shared == 0 && l.excl == Idle && !l.freeing && l.exclQ.Len() == 0 {
+	if l.exclusiveFree() {
 		l.grantExclusive(kind, Idle)
 		l.unlockChanged()
 		return nil
@@ -211,7 +211,7 @@ func (l *Lock) AcquireExclusive(ctx context.Context, kind Kind) error {
 			l.qKinds[kind]--
 			// The lock may have been kept from shared waiters only by
 			// this waiter.
-			if l.exclQ.Len() == 0 && l.excl == Idle && !l.freeing && l.sharedQ > 0 {
+			if l.sharedFree() && l.sharedQ > 0 {
 				l.admitSharedWaiters()
 			}
 			l.unlockChanged()
@@ -231,7 +231,7 @@ func (l *Lock) TryAcquireExclusive(kind Kind) bool {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.shared != 0 || l.excl != Idle || l.freeing || l.exclQ.Len() != 0 {
+	if !l.exclusiveFree() {
 		return false
 	}
 	l.grantExclusive(kind, Idle)
@@ -324,6 +324,10 @@ func (l *Lock) stateLocked() State {
 	}
 	return Idle
 }
+
+// exclusiveFree reports whether an exclusive holder may enter at once:
+// nobody holds the lock, no free runs, nobody waits.
+func (l *Lock) exclusiveFree() bool { return l.shared == 0 && l.sharedFree() }
 
 // sharedFree reports whether a new shared holder may enter at once.
 func (l *Lock) sharedFree() bool {

@@ -71,6 +71,26 @@ func acquireAsync(l *Lock, ctx context.Context, kind Kind) <-chan error {
 	return done
 }
 
+// queue starts an acquire of kind in the background and returns once the
+// lock counts n waiters of that kind (external holds: n holds of either
+// kind), which is how a test knows the acquire is queued.
+func queue(t *testing.T, l *Lock, kind Kind, n int) <-chan error {
+	t.Helper()
+	ch := acquireAsync(l, context.Background(), kind)
+	waitFor(t, l, fmt.Sprintf("%d waiters of kind %d", n, kind), func(s Snapshot) bool {
+		switch kind {
+		case sharedHold:
+			return s.SharedWaiting == n
+		case ImageJob:
+			return s.ImageWaiting == n
+		case PresenceHold:
+			return s.PresenceWaiting == n
+		}
+		return s.HoldWaiting == n
+	})
+	return ch
+}
+
 func mustNotBeDone(t *testing.T, ch <-chan error, what string) {
 	t.Helper()
 	select {
@@ -170,12 +190,10 @@ func TestImageWaitsForLLMToDrain(t *testing.T) {
 	bg := context.Background()
 	l.AcquireShared(bg)
 	l.AcquireShared(bg)
-	img := acquireAsync(l, bg, ImageJob)
-	waitFor(t, l, "image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
+	img := queue(t, l, ImageJob, 1)
 
 	// Writer preference: a new LLM request waits behind the image waiter.
-	llm := acquireAsync(l, bg, sharedHold)
-	waitFor(t, l, "llm waiter", func(s Snapshot) bool { return s.SharedWaiting == 1 })
+	llm := queue(t, l, sharedHold, 1)
 
 	l.ReleaseShared()
 	mustNotBeDone(t, img, "image acquire with one LLM holder left")
@@ -240,8 +258,7 @@ func TestHandOverCarriesTheDebt(t *testing.T) {
 	l := New(r, Options{})
 	bg := context.Background()
 	l.AcquireExclusive(bg, ImageJob)
-	next := acquireAsync(l, bg, ImageJob)
-	waitFor(t, l, "second image", func(s Snapshot) bool { return s.ImageWaiting == 1 })
+	next := queue(t, l, ImageJob, 1)
 	if !l.ReleaseExclusive(true) {
 		t.Fatal("release did not hand over to the waiting image")
 	}
@@ -297,8 +314,7 @@ func TestCancelledImageWaiterUnblocksLLM(t *testing.T) {
 	ctx, cancel := context.WithCancel(bg)
 	img := acquireAsync(l, ctx, ImageJob)
 	waitFor(t, l, "image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
-	llm := acquireAsync(l, bg, sharedHold)
-	waitFor(t, l, "llm waiter", func(s Snapshot) bool { return s.SharedWaiting == 1 })
+	llm := queue(t, l, sharedHold, 1)
 	cancel()
 	<-img
 	if err := <-llm; err != nil {
@@ -360,8 +376,7 @@ func TestWaiterArrivingDuringFreeIsServedAfterIt(t *testing.T) {
 	if s := l.State(); s != Image {
 		t.Fatalf("state during free %v, want image", s)
 	}
-	hold := acquireAsync(l, bg, ExternalHold)
-	waitFor(t, l, "hold waiter", func(s Snapshot) bool { return s.HoldWaiting == 1 })
+	hold := queue(t, l, ExternalHold, 1)
 	close(proceed)
 	if !<-released {
 		t.Fatal("the hold that arrived during the free was not handed the lock")
@@ -382,8 +397,7 @@ func TestMaxExclusiveStreakGivesLLMATurn(t *testing.T) {
 	l := New(&recorder{}, Options{MaxExclusiveStreak: 2})
 	bg := context.Background()
 	l.AcquireExclusive(bg, ImageJob) // a job runs
-	llm := acquireAsync(l, bg, sharedHold)
-	waitFor(t, l, "llm waiter", func(s Snapshot) bool { return s.SharedWaiting == 1 })
+	llm := queue(t, l, sharedHold, 1)
 	imgs := make([]<-chan error, 3)
 	for i := range imgs {
 		imgs[i] = acquireAsync(l, bg, ImageJob)
@@ -417,11 +431,9 @@ func TestStrictPriorityByDefault(t *testing.T) {
 	l := New(&recorder{}, Options{})
 	bg := context.Background()
 	l.AcquireExclusive(bg, ImageJob)
-	llm := acquireAsync(l, bg, sharedHold)
-	waitFor(t, l, "llm waiter", func(s Snapshot) bool { return s.SharedWaiting == 1 })
+	llm := queue(t, l, sharedHold, 1)
 	for i := range 5 {
-		img := acquireAsync(l, bg, ImageJob)
-		waitFor(t, l, "image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
+		img := queue(t, l, ImageJob, 1)
 		if !l.ReleaseExclusive(true) {
 			t.Fatalf("job %d: not handed over to the next image", i)
 		}
@@ -449,12 +461,9 @@ func TestPresenceHoldGoesFirst(t *testing.T) {
 	l := New(r, Options{})
 	bg := context.Background()
 	l.AcquireExclusive(bg, ImageJob) // the running job
-	img1 := acquireAsync(l, bg, ImageJob)
-	waitFor(t, l, "first image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
-	img2 := acquireAsync(l, bg, ImageJob)
-	waitFor(t, l, "second image waiter", func(s Snapshot) bool { return s.ImageWaiting == 2 })
-	pres := acquireAsync(l, bg, PresenceHold)
-	waitFor(t, l, "presence waiter", func(s Snapshot) bool { return s.PresenceWaiting == 1 })
+	img1 := queue(t, l, ImageJob, 1)
+	img2 := queue(t, l, ImageJob, 2)
+	pres := queue(t, l, PresenceHold, 1)
 	if s := l.Snapshot(); s.State != Image || s.HoldWaiting != 1 {
 		t.Fatalf("snapshot %+v: want the job still running, the presence hold among the hold waiters", s)
 	}
@@ -544,13 +553,11 @@ func TestCancelledPresenceHoldLeavesTheQueue(t *testing.T) {
 	t.Run("among waiters", func(t *testing.T) {
 		l := New(&recorder{}, Options{})
 		l.AcquireExclusive(bg, ImageJob)
-		img := acquireAsync(l, bg, ImageJob)
-		waitFor(t, l, "image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
+		img := queue(t, l, ImageJob, 1)
 		ctx, cancel := context.WithCancel(bg)
 		pres1 := acquireAsync(l, ctx, PresenceHold)
 		waitFor(t, l, "first presence waiter", func(s Snapshot) bool { return s.PresenceWaiting == 1 })
-		pres2 := acquireAsync(l, bg, PresenceHold)
-		waitFor(t, l, "second presence waiter", func(s Snapshot) bool { return s.PresenceWaiting == 2 })
+		pres2 := queue(t, l, PresenceHold, 2)
 
 		cancel()
 		if err := <-pres1; !errors.Is(err, context.Canceled) {
@@ -586,8 +593,7 @@ func TestCancelledPresenceHoldLeavesTheQueue(t *testing.T) {
 		if l.TryAcquireShared() {
 			t.Fatal("TryAcquireShared succeeded while a presence hold was queued")
 		}
-		llm := acquireAsync(l, bg, sharedHold)
-		waitFor(t, l, "llm waiter", func(s Snapshot) bool { return s.SharedWaiting == 1 })
+		llm := queue(t, l, sharedHold, 1)
 		cancel()
 		<-pres
 		if err := <-llm; err != nil {
@@ -608,10 +614,8 @@ func TestPresenceHoldGoesFirstPastTheStreakBound(t *testing.T) {
 	l := New(&recorder{}, Options{MaxExclusiveStreak: 1})
 	bg := context.Background()
 	l.AcquireExclusive(bg, ImageJob) // granted with nobody waiting: no streak
-	llm := acquireAsync(l, bg, sharedHold)
-	waitFor(t, l, "llm waiter", func(s Snapshot) bool { return s.SharedWaiting == 1 })
-	img1 := acquireAsync(l, bg, ImageJob)
-	waitFor(t, l, "image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
+	llm := queue(t, l, sharedHold, 1)
+	img1 := queue(t, l, ImageJob, 1)
 	if !l.ReleaseExclusive(true) {
 		t.Fatal("not handed over within the streak bound")
 	}
@@ -621,10 +625,8 @@ func TestPresenceHoldGoesFirstPastTheStreakBound(t *testing.T) {
 	if s := l.Snapshot(); s.Streak != 1 {
 		t.Fatalf("streak %d, want 1: the bound is reached", s.Streak)
 	}
-	pres := acquireAsync(l, bg, PresenceHold)
-	waitFor(t, l, "presence waiter", func(s Snapshot) bool { return s.PresenceWaiting == 1 })
-	img2 := acquireAsync(l, bg, ImageJob)
-	waitFor(t, l, "second image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
+	pres := queue(t, l, PresenceHold, 1)
+	img2 := queue(t, l, ImageJob, 1)
 
 	if !l.ReleaseExclusive(true) {
 		t.Fatal("the presence hold waited for the shared turn")
@@ -662,14 +664,10 @@ func TestPresenceGrantCountsInTheStreak(t *testing.T) {
 	l := New(&recorder{}, Options{MaxExclusiveStreak: 2})
 	bg := context.Background()
 	l.AcquireExclusive(bg, ImageJob)
-	llm := acquireAsync(l, bg, sharedHold)
-	waitFor(t, l, "llm waiter", func(s Snapshot) bool { return s.SharedWaiting == 1 })
-	img1 := acquireAsync(l, bg, ImageJob)
-	waitFor(t, l, "image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
-	pres := acquireAsync(l, bg, PresenceHold)
-	waitFor(t, l, "presence waiter", func(s Snapshot) bool { return s.PresenceWaiting == 1 })
-	img2 := acquireAsync(l, bg, ImageJob)
-	waitFor(t, l, "second image waiter", func(s Snapshot) bool { return s.ImageWaiting == 2 })
+	llm := queue(t, l, sharedHold, 1)
+	img1 := queue(t, l, ImageJob, 1)
+	pres := queue(t, l, PresenceHold, 1)
+	img2 := queue(t, l, ImageJob, 2)
 
 	if !l.ReleaseExclusive(false) {
 		t.Fatal("not handed over to the presence hold")
@@ -710,10 +708,8 @@ func TestHandOverToPresenceHoldCarriesTheDebt(t *testing.T) {
 			l := New(r, Options{})
 			bg := context.Background()
 			l.AcquireExclusive(bg, ImageJob)
-			llm := acquireAsync(l, bg, sharedHold)
-			waitFor(t, l, "llm waiter", func(s Snapshot) bool { return s.SharedWaiting == 1 })
-			pres := acquireAsync(l, bg, PresenceHold)
-			waitFor(t, l, "presence waiter", func(s Snapshot) bool { return s.PresenceWaiting == 1 })
+			llm := queue(t, l, sharedHold, 1)
+			pres := queue(t, l, PresenceHold, 1)
 			if !l.ReleaseExclusive(true) {
 				t.Fatal("the image job's release did not hand over to the presence hold")
 			}
@@ -760,10 +756,8 @@ func TestPresenceArrivingDuringFreeGoesFirst(t *testing.T) {
 	released := make(chan bool)
 	go func() { released <- l.ReleaseExclusive(true) }()
 	<-inFree
-	img := acquireAsync(l, bg, ImageJob)
-	waitFor(t, l, "image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
-	pres := acquireAsync(l, bg, PresenceHold)
-	waitFor(t, l, "presence waiter", func(s Snapshot) bool { return s.PresenceWaiting == 1 })
+	img := queue(t, l, ImageJob, 1)
+	pres := queue(t, l, PresenceHold, 1)
 	close(proceed)
 	if !<-released {
 		t.Fatal("the lock was not handed over after the free")
@@ -968,16 +962,14 @@ func TestTryAcquireExclusive(t *testing.T) {
 	t.Run("exclusive waiter queued", func(t *testing.T) {
 		l := New(&recorder{}, Options{})
 		l.TryAcquireShared()
-		img := acquireAsync(l, bg, ImageJob)
-		waitFor(t, l, "image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
+		img := queue(t, l, ImageJob, 1)
 		l.ReleaseShared()
 		if err := <-img; err != nil {
 			t.Fatal(err)
 		}
 		// Between a hand-over and the next holder's release, and with a
 		// waiter queued behind the holder, a try never jumps the queue.
-		hold := acquireAsync(l, bg, ExternalHold)
-		waitFor(t, l, "hold waiter", func(s Snapshot) bool { return s.HoldWaiting == 1 })
+		hold := queue(t, l, ExternalHold, 1)
 		if l.TryAcquireExclusive(ExternalHold) {
 			t.Fatal("granted while an image job holds the lock")
 		}
@@ -995,8 +987,7 @@ func TestTryAcquireExclusive(t *testing.T) {
 		// stops a try: an exclusive waiter behind a shared holder.
 		l := New(&recorder{}, Options{})
 		l.TryAcquireShared()
-		img := acquireAsync(l, bg, ImageJob)
-		waitFor(t, l, "image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
+		img := queue(t, l, ImageJob, 1)
 		if l.TryAcquireExclusive(ExternalHold) {
 			t.Fatal("granted ahead of a queued waiter")
 		}
@@ -1038,16 +1029,14 @@ func TestTryAcquireExclusive(t *testing.T) {
 		if s := l.State(); s != Hold {
 			t.Fatalf("state %v, want hold", s)
 		}
-		img := acquireAsync(l, bg, ImageJob)
-		waitFor(t, l, "image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
+		img := queue(t, l, ImageJob, 1)
 		if !l.ReleaseExclusive(false) {
 			t.Fatal("the queued image job was not handed the lock")
 		}
 		if err := <-img; err != nil {
 			t.Fatal(err)
 		}
-		hold := acquireAsync(l, bg, ExternalHold)
-		waitFor(t, l, "hold waiter", func(s Snapshot) bool { return s.HoldWaiting == 1 })
+		hold := queue(t, l, ExternalHold, 1)
 		if l.TryAcquireExclusive(PresenceHold) {
 			t.Fatal("a presence try granted while the lock is held")
 		}

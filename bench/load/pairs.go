@@ -206,13 +206,13 @@ func waitIdle(admin string) {
 	for ctx.Err() == nil {
 		resp, err := http.Get(admin + "/gpu_turnstile/status")
 		if err == nil {
-			var st struct { // the default turnstile's, at the top level
+			var st struct { // the default turnstile's first fields, at the top level
 				State   string `json:"state"`
-				Waiting int    `json:"image_waiting"`
+				Pending bool   `json:"image_pending"`
 			}
 			json.NewDecoder(resp.Body).Decode(&st)
 			resp.Body.Close()
-			if st.State == "idle" && st.Waiting == 0 {
+			if st.State == "idle" && !st.Pending {
 				return
 			}
 		}

@@ -16,7 +16,7 @@ import (
 const (
 	computeEngines = "4242, /usr/bin/python3, 20480\n5151, /opt/llama.cpp/llama-server, 8192\n"
 
-	pidsHeader = `
+	nvsmiLog = `
 ==============NVSMI LOG==============
 
 Timestamp                                 : Tue Mar 10 21:14:03 2026
@@ -25,9 +25,9 @@ CUDA Version                              : 12.8
 
 Attached GPUs                             : 1
 GPU 00000000:01:00.0
-    Processes
 `
-	pidsXorg = `        GPU instance ID                   : N/A
+	pidsHeader = nvsmiLog + "    Processes\n"
+	pidsXorg   = `        GPU instance ID                   : N/A
         Compute instance ID               : N/A
         Process ID                        : 1742
             Type                          : G
@@ -48,17 +48,7 @@ GPU 00000000:01:00.0
             Name                          : /usr/bin/python3
             Used GPU Memory               : 20480 MiB
 `
-	pidsNone = `
-==============NVSMI LOG==============
-
-Timestamp                                 : Tue Mar 10 21:14:03 2026
-Driver Version                            : 570.124.04
-CUDA Version                              : 12.8
-
-Attached GPUs                             : 1
-GPU 00000000:01:00.0
-    Processes                             : None
-`
+	pidsNone = nvsmiLog + "    Processes                             : None\n"
 )
 
 // fakeSMI writes an nvidia-smi stand-in that prints compute for
