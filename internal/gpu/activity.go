@@ -125,12 +125,18 @@ func (a *activity) waiterList() []WaiterStatus {
 
 func (g *GPU) setJob(j *Job) {
 	g.mu.Lock()
+	g.setJobLocked(j)
+	g.mu.Unlock()
+	g.notify()
+}
+
+// setJobLocked records j as the work holding the GPU; with nil, the
+// watches look again for work started directly. g.mu is held.
+func (g *GPU) setJobLocked(j *Job) {
 	g.act.job = j
 	if j == nil {
 		g.pokeDirect()
 	}
-	g.mu.Unlock()
-	g.notify()
 }
 
 // setPhase changes the phase of the image work holding the GPU.

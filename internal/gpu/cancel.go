@@ -158,8 +158,7 @@ func (g *GPU) dropImageJob(j *ImageJob) {
 	if g.imageJob == j {
 		g.imageJob = nil
 	}
-	g.act.job = nil
-	g.pokeDirect()
+	g.setJobLocked(nil)
 	g.mu.Unlock()
 	g.notify()
 }

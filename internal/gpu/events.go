@@ -72,9 +72,13 @@ type hub struct {
 	// nothing more while it is 0.
 	n atomic.Int32
 
+	// pendingMu guards pending alone: queue runs under the lock's mutex,
+	// and must not wait for a fan-out under mu.
+	pendingMu sync.Mutex
+	pending   []change
+
 	mu      sync.Mutex
 	subs    map[*Subscription]struct{}
-	pending []change
 	running bool // the publisher runs
 	wake    chan struct{}
 	view    func(Status) any // shapes the status events; nil sends the Status as is
@@ -94,7 +98,7 @@ func newHub() *hub { return &hub{subs: map[*Subscription]struct{}{}, wake: make(
 // status change of the same lock state as the last one queued replaces
 // it: only the newest counts of each state are sent.
 func (h *hub) queue(c change) {
-	h.mu.Lock()
+	h.pendingMu.Lock()
 	last := len(h.pending) - 1
 	switch {
 	case c.event == "status" && last >= 0 && h.pending[last].event == "status" &&
@@ -103,7 +107,7 @@ func (h *hub) queue(c change) {
 	case len(h.pending) < pendingMax:
 		h.pending = append(h.pending, c)
 	}
-	h.mu.Unlock()
+	h.pendingMu.Unlock()
 	select {
 	case h.wake <- struct{}{}:
 	default:
@@ -113,10 +117,10 @@ func (h *hub) queue(c change) {
 // take returns the queued changes, oldest first; spare is an emptied
 // slice to queue into next, so that queueing rarely allocates.
 func (h *hub) take(spare []change) []change {
-	h.mu.Lock()
+	h.pendingMu.Lock()
 	out := h.pending
 	h.pending = spare[:0]
-	h.mu.Unlock()
+	h.pendingMu.Unlock()
 	return out
 }
 

@@ -261,7 +261,7 @@ func (h *Hold) End(reason string) bool {
 	g.metrics.HoldEvent(reason)
 	g.log().Info("GPU hold ended", zap.String("hold", h.ID), zap.String("owner", h.Owner),
 		zap.String("reason", reason), zap.Duration("held", time.Since(h.Since)))
-	if reason != "shutdown" && h.Source != sourcePresence {
+	if reason != "shutdown" && !h.Presence() {
 		h.forget()
 	}
 	if h.ready != nil {
