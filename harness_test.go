@@ -194,6 +194,9 @@ func (h *harness) load(caddyfile string) {
 	if err := loadCaddyfile(caddyfile); err != nil {
 		h.t.Fatalf("loading config: %v\n%s", err, caddyfile)
 	}
+	// The old config's servers close their idle connections as they shut
+	// down: no request may pick one up on its way out.
+	h.client.CloseIdleConnections()
 }
 
 func loadCaddyfile(caddyfile string) error {

@@ -31,10 +31,13 @@ type engineRun struct {
 	// eng is the engine's adapter in the newest config that has it: a
 	// debt is paid through it even after a reload renamed or dropped the
 	// engine.
-	eng   atomic.Pointer[engineRef]
-	up    reachability
-	ws    atomic.Bool // the image engine's event stream is connected
-	state atomic.Int32
+	eng atomic.Pointer[engineRef]
+	up  reachability
+	ws  atomic.Bool // the image engine's event stream is connected
+	// wsSeen is set once the event stream has been connected: a later
+	// connection follows a loss of contact.
+	wsSeen atomic.Bool
+	state  atomic.Int32
 
 	// owed is set on an image engine once work ran on it that may have
 	// left memory behind, until a free did its job; on a Waker once it

@@ -230,6 +230,7 @@ func TestEngineBackUpOwesAFree(t *testing.T) {
 	e := f.cfg.Images[0]
 	run := f.g.run(e)
 	run.owed.Store(false)
+	f.g.reportWatch(e, run, true, nil) // connected already: nothing new
 	f.g.reportWatch(e, run, false, context.DeadlineExceeded)
 	if run.owed.Load() {
 		t.Fatal("an engine that went down owes a free")

@@ -76,10 +76,12 @@ func (g *GPU) currentWatcher(e ImageEngine) Watch {
 func (g *GPU) reportWatch(e ImageEngine, run *engineRun, connected bool, err error) {
 	was := run.ws.Swap(connected)
 	if connected {
-		if !was {
-			// An engine that (re)started may hold memory it loaded on
-			// its own (A1111 loads its checkpoint at launch): it is
-			// freed before the GPU next goes to LLM use.
+		if !was && run.wsSeen.Swap(true) {
+			// Back up after it was down: an engine that restarted may
+			// hold memory it loaded on its own (A1111 loads its
+			// checkpoint at launch), and is freed before the GPU next
+			// goes to LLM use. The first contact is the start-up
+			// probe's to judge.
 			run.owed.Store(true)
 		}
 		run.up.set(nil)
