@@ -2,7 +2,10 @@ package turnstile
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -30,6 +33,10 @@ func init() {
 // nameRE is a turnstile's name: it names the turnstile's folder in Caddy's
 // storage (its holds), so "." and ".." are no names.
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9_.-]*$`)
+
+// nameRule says what nameRE takes, for messages. Engine names follow it
+// too: they are metric labels, and a handler's engine option names them.
+const nameRule = "want letters, digits, '_', '-' and '.' (not first)"
 
 // parseGlobalOption parses the global option; it may appear once per
 // turnstile name:
@@ -73,7 +80,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 	if d.NextArg() {
 		name = d.Val()
 		if !nameRE.MatchString(name) {
-			return nil, d.Errf("gpu_turnstile: invalid turnstile name %q (letters, digits, '_', '-', '.')", name)
+			return nil, d.Errf("gpu_turnstile: invalid turnstile name %q: %s", name, nameRule)
 		}
 		if d.NextArg() {
 			return nil, d.ArgErr()
@@ -83,16 +90,22 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 		return nil, d.Errf("gpu_turnstile: turnstile %q is defined twice", name)
 	}
 	s := &Settings{}
-	seen := optionLines{}
+	at := blockLines{seen: optionLines{}, file: d.File()}
 	for d.NextBlock(0) {
-		if err := seen.once(d); err != nil {
+		if err := at.seen.once(d); err != nil {
 			return nil, err
 		}
+		at.note(d.Val(), d.Line())
 		if err := parseSetting(d, s); err != nil {
 			return nil, err
 		}
 	}
 	if _, err := s.validate(); err != nil {
+		// A check across options is reported at the option at fault,
+		// not at the block's closing brace.
+		if line, ok := at.lineOf(err, s); ok {
+			return nil, fmt.Errorf("gpu_turnstile %s: %w, at %s:%d", name, err, at.file, line)
+		}
 		return nil, d.Errf("gpu_turnstile %s: %v", name, err)
 	}
 	app.Turnstiles[name] = s
@@ -144,7 +157,7 @@ func parseDirective[H turnstileHandler](newHandler func() H) httpcaddyfile.Unmar
 			return nil, err
 		}
 		if e, ok := any(m).(interface{ engineName() string }); ok && e.engineName() != "" && !s.hasImageEngine(e.engineName()) {
-			return nil, h.Errf("engine %q: turnstile %q has no image engine of that name", e.engineName(), m.turnstileName())
+			return nil, h.Errf("engine %q: turnstile %q has no image engine of that name", e.engineName(), orDefault(m.turnstileName()))
 		}
 		return m, nil
 	}
@@ -278,12 +291,71 @@ func (o optionLines) once(d *caddyfile.Dispenser) error {
 	return nil
 }
 
+// blockLines are the lines of a global gpu_turnstile block's options,
+// to report a check across options at the option it is about.
+type blockLines struct {
+	seen optionLines
+	file string
+	// The lines of the engine options by class, shorthand apart: the
+	// order the settings list them in depends on both (engineList).
+	shorthand    map[string]int   // ollama, comfy
+	engineOption map[string][]int // llm, image
+	holdWhile    int              // the first hold_while
+}
+
+func (b *blockLines) note(opt string, line int) {
+	switch opt {
+	case "ollama", "comfy":
+		if b.shorthand == nil {
+			b.shorthand = map[string]int{}
+		}
+		b.shorthand[opt] = line
+	case "llm", "image":
+		if b.engineOption == nil {
+			b.engineOption = map[string][]int{}
+		}
+		b.engineOption[opt] = append(b.engineOption[opt], line)
+	case "hold_while":
+		if b.holdWhile == 0 {
+			b.holdWhile = line
+		}
+	}
+}
+
+// lineOf is the line of the option err is about: an engine's by its place
+// among its class's engines, any other by the option that begins the
+// message (settings errors begin with the option's name).
+func (b *blockLines) lineOf(err error, s *Settings) (int, bool) {
+	var ee *engineError
+	if errors.As(err, &ee) {
+		lines := b.engineOption[ee.class]
+		short := map[string]string{"llm": "ollama", "image": "comfy"}[ee.class]
+		if line, ok := b.shorthand[short]; ok && s.shorthand(ee.class) != "" {
+			lines = append([]int{line}, lines...)
+		}
+		if ee.index < len(lines) {
+			return lines[ee.index], true
+		}
+		return 0, false
+	}
+	opt, _, _ := strings.Cut(err.Error(), ":")
+	if f := strings.Fields(opt); len(f) > 0 {
+		opt = f[0]
+	}
+	if strings.HasPrefix(opt, "hold_while") && b.holdWhile > 0 {
+		return b.holdWhile, true
+	}
+	if line, ok := b.shorthand[opt]; ok {
+		return line, true
+	}
+	line, ok := b.seen[opt]
+	return line, ok
+}
+
 // checkTurnstileName fails adaptation when a handler names a turnstile
 // that the global options do not define, and returns its settings.
 func checkTurnstileName(h httpcaddyfile.Helper, name string) (*Settings, error) {
-	if name == "" {
-		name = defaultName
-	}
+	name = orDefault(name)
 	opt, ok := h.Option("gpu_turnstile").(httpcaddyfile.App)
 	if !ok {
 		return nil, h.Errf("%s: no turnstile named %q: add the global option `gpu_turnstile { ollama URL comfy URL }`", h.Val(), name)
@@ -297,6 +369,14 @@ func checkTurnstileName(h httpcaddyfile.Helper, name string) (*Settings, error) 
 		return nil, h.Errf("no turnstile named %q in the global gpu_turnstile options", name)
 	}
 	return s, nil
+}
+
+// orDefault is a handler's turnstile name as messages say it.
+func orDefault(name string) string {
+	if name == "" {
+		return defaultName
+	}
+	return name
 }
 
 // Interface guards

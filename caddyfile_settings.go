@@ -6,6 +6,9 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/dustin/go-humanize"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
 )
 
 // parseSetting parses one option of the global gpu_turnstile block; d is
@@ -99,8 +102,8 @@ func parseUpstream(d *caddyfile.Dispenser, dst *string) error {
 	}
 	*dst = v
 	if v != "" {
-		if _, err := (Settings{Ollama: v}).validate(); err != nil {
-			return d.Errf("%s: invalid URL %q: want http(s)://host:port", opt, v)
+		if err := jsonhttp.CheckURL(v); err != nil {
+			return d.Errf("%s: invalid URL %q: %v", opt, gpu.RedactURL(v), err)
 		}
 	}
 	return nil
@@ -119,6 +122,9 @@ func parseEngine(d *caddyfile.Dispenser, dst *[]EngineSettings) error {
 	if engineKinds[opt][es.Kind] == nil {
 		return d.Errf("%s: kind %q: want one of %s", opt, es.Kind, kindNames(opt))
 	}
+	if err := jsonhttp.CheckURL(es.URL); err != nil {
+		return d.Errf("%s %s: invalid URL %q: %v", opt, es.Kind, gpu.RedactURL(es.URL), err)
+	}
 	seen := optionLines{}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		if err := seen.once(d); err != nil {
@@ -130,6 +136,9 @@ func parseEngine(d *caddyfile.Dispenser, dst *[]EngineSettings) error {
 		v, err := oneArg(d)
 		if err != nil {
 			return err
+		}
+		if !nameRE.MatchString(v) {
+			return d.Errf("%s %s: name %q: %s", opt, es.Kind, v, nameRule)
 		}
 		es.Name = v
 	}

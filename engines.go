@@ -8,6 +8,7 @@ import (
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/a1111"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/llamacpp"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/llamaswap"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama"
@@ -118,14 +119,15 @@ func validateEngines(s Settings, c *config) error {
 		class string
 		list  []EngineSettings
 	}{{"llm", llms}, {"image", images}} {
-		for _, es := range cl.list {
+		for i, es := range cl.list {
 			e, err := buildEngine(cl.class, es, c)
 			if err != nil {
-				return err
+				return &engineError{class: cl.class, index: i, err: err}
 			}
-			where := cl.class + " " + es.Kind + " " + es.URL
+			where := cl.class + " " + es.Kind + " " + gpu.RedactURL(es.URL)
 			if prev, dup := names[e.Name()]; dup {
-				return fmt.Errorf("%s: another engine (%s) is already named %q: give one of them a name", where, prev, e.Name())
+				return &engineError{class: cl.class, index: i,
+					err: fmt.Errorf("%s: another engine (%s) is already named %q: give one of them a name", where, prev, e.Name())}
 			}
 			names[e.Name()] = where
 			switch e := e.(type) {
@@ -148,9 +150,15 @@ func buildEngine(class string, es EngineSettings, c *config) (gpu.Engine, error)
 	if es.URL == "" {
 		return nil, fmt.Errorf("%s %s: no URL", class, es.Kind)
 	}
+	if err := jsonhttp.CheckURL(es.URL); err != nil {
+		return nil, fmt.Errorf("%s %s: URL %q: %v", class, es.Kind, gpu.RedactURL(es.URL), err)
+	}
 	name := es.Name
 	if name == "" {
 		name = es.Kind
+	}
+	if !nameRE.MatchString(name) {
+		return nil, fmt.Errorf("%s %s: name %q: %s", class, es.Kind, name, nameRule)
 	}
 	e, err := build(name, es.URL, c)
 	if err != nil {
@@ -170,6 +178,26 @@ func engineSummary(c *config) []string {
 		out = append(out, "image "+e.Kind()+" "+e.Name()+" "+gpu.RedactURL(e.URL()))
 	}
 	return out
+}
+
+// engineError is an error in one engine's settings: the index-th of its
+// class, in the order engineList gives.
+type engineError struct {
+	class string // llm or image
+	index int
+	err   error
+}
+
+func (e *engineError) Error() string { return e.err.Error() }
+func (e *engineError) Unwrap() error { return e.err }
+
+// shorthand is the shorthand option's URL of class (ollama for llm, comfy
+// for image).
+func (s *Settings) shorthand(class string) string {
+	if class == "llm" {
+		return s.Ollama
+	}
+	return s.Comfy
 }
 
 // hasImageEngine reports whether the settings have an image engine named

@@ -8,6 +8,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	configjson "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy"
 )
@@ -150,6 +151,14 @@ type Settings struct {
 	MaxWaiting int `json:"max_waiting,omitempty"`
 
 	PresenceSettings
+}
+
+// UnmarshalJSON decodes the settings strictly (unknown fields are
+// refused, as Caddy refuses them elsewhere), naming the field of any value
+// it refuses: encoding/json names none for a duration that does not parse.
+func (s *Settings) UnmarshalJSON(b []byte) error {
+	type plain Settings // the fields, without this method
+	return configjson.DecodeFields(b, (*plain)(s))
 }
 
 // The defaults, as in the original stand-alone program.

@@ -15,6 +15,7 @@
 package turnstile
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"sort"
@@ -22,6 +23,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
+
+	configjson "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
 )
 
 func init() {
@@ -45,6 +48,26 @@ type App struct {
 	logger   *zap.Logger
 }
 
+// UnmarshalJSON decodes the app strictly, naming the turnstile and the
+// field of any value it refuses.
+func (a *App) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		Turnstiles map[string]json.RawMessage `json:"turnstiles,omitempty"`
+	}
+	if err := configjson.DecodeFields(b, &raw); err != nil {
+		return err
+	}
+	a.Turnstiles = make(map[string]*Settings, len(raw.Turnstiles))
+	for name, r := range raw.Turnstiles {
+		s := new(Settings)
+		if err := json.Unmarshal(r, s); err != nil {
+			return fmt.Errorf("turnstiles: %q: %w", name, err)
+		}
+		a.Turnstiles[name] = s
+	}
+	return nil
+}
+
 // CaddyModule returns the Caddy module information.
 func (App) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{
@@ -65,7 +88,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.runtimes = map[string]*turnstile{}
 	for _, name := range a.names() {
 		if !nameRE.MatchString(name) {
-			return fmt.Errorf("gpu_turnstile: turnstile name %q: letters, digits, '_', '-' and '.', not first", name)
+			return fmt.Errorf("gpu_turnstile: turnstile name %q: %s", name, nameRule)
 		}
 		s := a.Turnstiles[name]
 		if s == nil {

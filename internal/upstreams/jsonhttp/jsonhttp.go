@@ -26,14 +26,39 @@ type Client struct {
 // New returns a client for the server at baseURL (http(s)://host:port).
 // hc may be nil.
 func New(name, baseURL string, hc *http.Client) (Client, error) {
-	u, err := url.Parse(baseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return Client{}, fmt.Errorf("invalid %s URL %q: want http(s)://host:port", name, baseURL)
+	if err := CheckURL(baseURL); err != nil {
+		return Client{}, fmt.Errorf("invalid %s URL %q: %v", name, baseURL, err)
 	}
 	if hc == nil {
 		hc = http.DefaultClient
 	}
 	return Client{name: name, base: strings.TrimRight(baseURL, "/"), hc: hc}, nil
+}
+
+// CheckURL reports what is wrong with an engine's base URL: it must be
+// http or https with a host, and carry no query or fragment (the client
+// appends API paths to it, so they would end up in the middle of every
+// request's URL). Userinfo must have a password: a user name alone is
+// most often a typo for a host ("http://host@port").
+func CheckURL(raw string) error {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return errors.New("want http(s)://host:port")
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("scheme %q: want http or https (e.g. http://127.0.0.1:11435)", u.Scheme)
+	case u.Host == "" || u.Opaque != "":
+		return errors.New("no host: want http(s)://host:port")
+	case u.RawQuery != "" || u.ForceQuery:
+		return errors.New("has a query (?...): give the engine's base URL only")
+	case u.Fragment != "" || strings.Contains(raw, "#"):
+		return errors.New("has a fragment (#...): give the engine's base URL only")
+	case u.User != nil:
+		if _, ok := u.User.Password(); !ok {
+			return errors.New("has a user name but no password: write user:password@host, or leave both out")
+		}
+	}
+	return nil
 }
 
 // URL returns the server's base URL.
