@@ -134,8 +134,16 @@ func (m Model) write(path string) (digest string, err error) {
 		return "", fmt.Errorf("realollama: %d heads, %d kv heads do not divide embedding length %d", m.Heads, m.HeadsKV, m.Embd)
 	}
 	tokens, scores, types := m.vocab()
-	headDim := m.Embd / m.Heads
-	kvDim := headDim * m.HeadsKV
+	kv, err := m.metadata(tokens, scores, types)
+	if err != nil {
+		return "", err
+	}
+	return writeHashed(path, kv, m.tensors(len(tokens)))
+}
+
+// metadata is the GGUF file's key-value section: a llama architecture of
+// the model's sizes, and its vocabulary.
+func (m Model) metadata(tokens []string, scores []float32, types []int32) (ggml.KV, error) {
 	fileType := map[ggml.TensorType]ggml.FileType{
 		ggml.TensorTypeF32:  ggml.FileTypeF32,
 		ggml.TensorTypeF16:  ggml.FileTypeF16,
@@ -143,9 +151,9 @@ func (m Model) write(path string) (digest string, err error) {
 		ggml.TensorTypeQ4_0: ggml.FileType(2), // MOSTLY_Q4_0, unexported in fs/ggml
 	}[m.Kind]
 	if fileType == 0 && m.Kind != ggml.TensorTypeF32 {
-		return "", fmt.Errorf("realollama: unsupported weight type %v", m.Kind)
+		return nil, fmt.Errorf("realollama: unsupported weight type %v", m.Kind)
 	}
-	kv := ggml.KV{
+	return ggml.KV{
 		"general.architecture":                   "llama",
 		"general.name":                           "random",
 		"general.file_type":                      fileType,
@@ -156,7 +164,7 @@ func (m Model) write(path string) (digest string, err error) {
 		"llama.attention.head_count":             uint32(m.Heads),
 		"llama.attention.head_count_kv":          uint32(m.HeadsKV),
 		"llama.attention.layer_norm_rms_epsilon": float32(1e-5),
-		"llama.rope.dimension_count":             uint32(headDim),
+		"llama.rope.dimension_count":             uint32(m.Embd / m.Heads),
 		"llama.rope.freq_base":                   float32(10000),
 		"llama.vocab_size":                       uint32(len(tokens)),
 		"tokenizer.ggml.model":                   "llama",
@@ -168,8 +176,13 @@ func (m Model) write(path string) (digest string, err error) {
 		"tokenizer.ggml.eos_token_id":            uint32(eos),
 		"tokenizer.ggml.add_bos_token":           true,
 		"tokenizer.ggml.add_eos_token":           false,
-	}
+	}, nil
+}
 
+// tensors are the model's weights for a vocabulary of vocab tokens, each
+// written from its own seed when the file is.
+func (m Model) tensors(vocab int) []*ggml.Tensor {
+	kvDim := m.Embd / m.Heads * m.HeadsKV
 	seed := m.Seed
 	var ts []*ggml.Tensor
 	norm := func(name string, n int) {
@@ -188,9 +201,9 @@ func (m Model) write(path string) (digest string, err error) {
 	// that they are never sampled (</s> would end a generation early; a
 	// lone byte is invalid UTF-8, which Ollama holds back, rescanning it at
 	// each token).
-	weight("token_embd.weight", m.Embd, len(tokens), func(int) float32 { return 1 })
+	weight("token_embd.weight", m.Embd, vocab, func(int) float32 { return 1 })
 	norm("output_norm.weight", m.Embd)
-	weight("output.weight", m.Embd, len(tokens), func(row int) float32 {
+	weight("output.weight", m.Embd, vocab, func(row int) float32 {
 		if row < firstWord {
 			return -100
 		}
@@ -208,7 +221,12 @@ func (m Model) write(path string) (digest string, err error) {
 		weight(blk("ffn_up.weight"), m.Embd, m.FF, nil)
 		weight(blk("ffn_down.weight"), m.FF, m.Embd, nil)
 	}
+	return ts
+}
 
+// writeHashed writes a GGUF file at path and returns its digest, the name
+// of its blob in Ollama.
+func writeHashed(path string, kv ggml.KV, ts []*ggml.Tensor) (string, error) {
 	f, err := os.Create(path)
 	if err != nil {
 		return "", err
