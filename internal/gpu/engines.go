@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"sync"
 	"sync/atomic"
 )
 
@@ -46,6 +47,11 @@ type engineRun struct {
 	// noGPUReading is set once the image engine is seen to report no
 	// GPU memory: its frees cannot be confirmed.
 	noGPUReading atomic.Bool
+
+	// probeMu guards probe, the readiness probe in flight, which
+	// concurrent readiness checks share (ready.go).
+	probeMu sync.Mutex
+	probe   *probeCall
 }
 
 // engineRef boxes an Engine for an atomic.Pointer.
