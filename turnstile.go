@@ -258,13 +258,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if c != classPassthrough || h.class != classAuto {
 		caddyhttp.SetVar(r.Context(), handledVar, true)
 	}
+	sw := acquireSentWriter(w)
+	var err error
 	switch c {
 	case classLLM:
-		return h.serveLLM(w, r, next)
+		err = h.serveLLM(sw, r, next)
 	case classImage:
-		return h.serveImage(w, r, next)
+		err = h.serveImage(sw, r, next)
+	default:
+		err = next.ServeHTTP(sw, r)
 	}
-	return next.ServeHTTP(w, r)
+	return h.answerFailedForward(w, r, c, sw.release(), err)
 }
 
 // Interface guards
