@@ -14,6 +14,7 @@ import (
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
 )
 
 // imageBodyLimit bounds how much of a /prompt body is read into memory
@@ -50,6 +51,11 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 	// From here on every path ends the job, which gives the lock back.
 	c = ts.cfg()
 	if err := job.Prepare(); err != nil {
+		if jsonhttp.Refused(err) {
+			ts.log().Error("image engine not reachable as the job was readied; answered the client in its API's shape",
+				zap.String("engine", e.Name()), zap.Error(err))
+			return writeImageError(w, e, httpapi.EngineDown(false, e.Name(), e.Kind()))
+		}
 		return writeImageError(w, e, httpapi.Error{Status: http.StatusServiceUnavailable, Code: "gpu_busy",
 			Message: fmt.Sprintf("gpu_turnstile: %v; image job refused so that the GPU is not shared", err)})
 	}
@@ -176,8 +182,7 @@ func endAborted(job *gpu.ImageJob, span trace.Span, cw *captureWriter) {
 	job.End("failed")
 }
 
-// writeImageError answers in the image engine's error shape that the GPU
-// is not to be had (status 503 or 409).
+// writeImageError answers err in the image engine's error shape.
 func writeImageError(w http.ResponseWriter, e gpu.ImageEngine, err httpapi.Error) error {
 	httpapi.Write(w, httpapi.ShapeOf("", e.Kind()), err)
 	return nil
