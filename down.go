@@ -57,11 +57,14 @@ func (sw *sentWriter) ReadFrom(r io.Reader) (int64, error) {
 }
 
 // FlushError keeps http.ResponseController's flush, which sends the
-// headers, from going around the writer.
+// headers, from going around the writer; Flush is the same for handlers
+// that look for an http.Flusher.
 func (sw *sentWriter) FlushError() error {
 	sw.sent = true
 	return http.NewResponseController(sw.ResponseWriter).Flush()
 }
+
+func (sw *sentWriter) Flush() { sw.FlushError() }
 
 // answerFailedForward answers a request whose forward failed before
 // anything was sent (reverse_proxy's 502, 503 or 504: the engine could not
@@ -129,4 +132,8 @@ func upstreamHostport(r *http.Request) string {
 }
 
 // Interface guards
-var _ http.ResponseWriter = (*sentWriter)(nil)
+var (
+	_ http.ResponseWriter = (*sentWriter)(nil)
+	_ http.Flusher        = (*sentWriter)(nil)
+	_ io.ReaderFrom       = (*sentWriter)(nil)
+)
