@@ -2,10 +2,8 @@ package turnstile
 
 import (
 	"errors"
-	"io"
 	"net/http"
 	"strings"
-	"sync"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -15,66 +13,21 @@ import (
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 )
 
-// sentWriter passes a response through and notes whether any of it has
-// gone out, so that a failed forward is answered only while the client
-// has been told nothing. Pooled: the fast path allocates nothing.
-type sentWriter struct {
-	caddyhttp.ResponseWriterWrapper
-	sent bool
-}
-
-var sentWriters = sync.Pool{New: func() any { return new(sentWriter) }}
-
-func acquireSentWriter(w http.ResponseWriter) *sentWriter {
-	sw := sentWriters.Get().(*sentWriter)
-	sw.ResponseWriter, sw.sent = w, false
-	return sw
-}
-
-// release returns sw to the pool and reports whether anything was sent.
-func (sw *sentWriter) release() bool {
-	sent := sw.sent
-	sw.ResponseWriter = nil
-	sentWriters.Put(sw)
-	return sent
-}
-
-func (sw *sentWriter) WriteHeader(status int) {
-	if status >= 200 || status == http.StatusSwitchingProtocols {
-		sw.sent = true
-	}
-	sw.ResponseWriterWrapper.WriteHeader(status)
-}
-
-func (sw *sentWriter) Write(p []byte) (int, error) {
-	sw.sent = true
-	return sw.ResponseWriterWrapper.Write(p)
-}
-
-func (sw *sentWriter) ReadFrom(r io.Reader) (int64, error) {
-	sw.sent = true
-	return sw.ResponseWriterWrapper.ReadFrom(r)
-}
-
-// FlushError keeps http.ResponseController's flush, which sends the
-// headers, from going around the writer; Flush is the same for handlers
-// that look for an http.Flusher.
-func (sw *sentWriter) FlushError() error {
-	sw.sent = true
-	return http.NewResponseController(sw.ResponseWriter).Flush()
-}
-
-func (sw *sentWriter) Flush() { sw.FlushError() }
-
 // answerFailedForward answers a request whose forward failed before
 // anything was sent (reverse_proxy's 502, 503 or 504: the engine could not
 // be reached or did not answer in time) in its route's error shape,
 // naming the engine; the address goes to the log. An engine that could
 // not be reached counts as unreachable at once (gpu.Ready). Any other
 // outcome is returned as it is.
-func (h *Handler) answerFailedForward(w http.ResponseWriter, r *http.Request, c class, sent bool, err error) error {
-	if err == nil || sent {
-		return err
+//
+// reverse_proxy returns an error only before it has written anything:
+// once the engine's answer has begun, a failure aborts the handler with
+// http.ErrAbortHandler instead. Caddy's own error handling relies on that
+// too when it writes the error's status, so no writer is wrapped to find
+// out, which keeps the fast path as it was.
+func (h *Handler) answerFailedForward(w http.ResponseWriter, r *http.Request, c class, err error) error {
+	if err == nil {
+		return nil
 	}
 	return h.answerEngineDown(w, r, c, err)
 }
@@ -130,10 +83,3 @@ func upstreamHostport(r *http.Request) string {
 	s, _ := repl.GetString("http.reverse_proxy.upstream.hostport")
 	return s
 }
-
-// Interface guards
-var (
-	_ http.ResponseWriter = (*sentWriter)(nil)
-	_ http.Flusher        = (*sentWriter)(nil)
-	_ io.ReaderFrom       = (*sentWriter)(nil)
-)

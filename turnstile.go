@@ -258,17 +258,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if c != classPassthrough || h.class != classAuto {
 		caddyhttp.SetVar(r.Context(), handledVar, true)
 	}
-	sw := acquireSentWriter(w)
 	var err error
 	switch c {
 	case classLLM:
-		err = h.serveLLM(sw, r, next)
+		err = h.serveLLM(w, r, next)
 	case classImage:
-		err = h.serveImage(sw, r, next)
+		err = h.serveImage(w, r, next)
 	default:
-		err = next.ServeHTTP(sw, r)
+		err = next.ServeHTTP(w, r)
 	}
-	return h.answerFailedForward(w, r, c, sw.release(), err)
+	return h.answerFailedForward(w, r, c, err)
 }
 
 // Interface guards
