@@ -8,15 +8,15 @@ import (
 	"go.uber.org/zap"
 )
 
-// ReachableWindow is how long a successful contact with an engine vouches
+// reachableWindow is how long a successful contact with an engine vouches
 // for it: past it, a readiness check probes the engine again.
-const ReachableWindow = 10 * time.Second
+const reachableWindow = 10 * time.Second
 
 // Ready reports whether a request of class ("llm" or "image") would be
 // let through now, and the status it judged from. It would if a new LLM
 // request would be admitted at once (state idle or llm, no exclusive
 // holder, waiter or free: the lock's own rule), and an engine of the
-// class is reachable: its last contact succeeded within ReachableWindow,
+// class is reachable: its last contact succeeded within reachableWindow,
 // or a probe of it (Loaded for an LLM engine, Queue for an image engine:
 // Ollama's /api/ps, ComfyUI's /queue, ...) succeeds now, within
 // probe_timeout. An engine never contacted is probed; one whose forward
@@ -48,7 +48,7 @@ func (g *GPU) Ready(ctx context.Context, class string) (bool, Status) {
 func (g *GPU) anyReachable(ctx context.Context, c *Config, engines []Engine) bool {
 	now := time.Now()
 	for _, e := range engines {
-		if g.run(e).up.fresh(now, ReachableWindow) {
+		if g.run(e).up.fresh(now, reachableWindow) {
 			return true
 		}
 	}

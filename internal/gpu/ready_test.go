@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy"
 )
 
 // probedLLM is a fakeLLM whose Loaded (the readiness probe) is counted,
@@ -61,13 +63,13 @@ func newProbedGPU(t *testing.T) (*GPU, *probedLLM, int32) {
 	return g, e, e.calls.Load()
 }
 
-// A successful contact vouches for an engine for ReachableWindow; past
+// A successful contact vouches for an engine for reachableWindow; past
 // it, a readiness check probes the engine, and a failed probe makes it
 // not ready.
 func TestReadyTrustsAContactForTheWindow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g, e, calls := newProbedGPU(t)
-		time.Sleep(ReachableWindow - time.Second)
+		time.Sleep(reachableWindow - time.Second)
 		if ready, _ := g.Ready(context.Background(), "llm"); !ready || e.calls.Load() != calls {
 			t.Fatalf("within the window: ready %v after %d probes, want ready without one", ready, e.calls.Load()-calls)
 		}
@@ -76,7 +78,7 @@ func TestReadyTrustsAContactForTheWindow(t *testing.T) {
 			t.Fatalf("past the window: ready %v after %d probes, want ready after one", ready, e.calls.Load()-calls)
 		}
 		e.set(errRefused, nil)
-		time.Sleep(ReachableWindow)
+		time.Sleep(reachableWindow)
 		ready, st := g.Ready(context.Background(), "llm")
 		if ready || e.calls.Load() != calls+2 {
 			t.Fatalf("engine down past the window: ready %v after %d probes, want not ready after two", ready, e.calls.Load()-calls)
@@ -110,7 +112,7 @@ func TestReadyChecksShareOneBoundedProbe(t *testing.T) {
 		g, e, calls := newProbedGPU(t)
 		block := make(chan struct{})
 		e.set(nil, block)
-		time.Sleep(ReachableWindow)
+		time.Sleep(reachableWindow)
 		results := make(chan bool, 5)
 		for range cap(results) {
 			go func() {
@@ -130,7 +132,7 @@ func TestReadyChecksShareOneBoundedProbe(t *testing.T) {
 		}
 
 		e.set(nil, make(chan struct{})) // never answers
-		time.Sleep(ReachableWindow)
+		time.Sleep(reachableWindow)
 		start := time.Now()
 		if ready, _ := g.Ready(context.Background(), "llm"); ready {
 			t.Fatal("ready while the probe hangs")
@@ -171,15 +173,64 @@ func TestReadyRefusedWhileARequestWouldWait(t *testing.T) {
 
 func TestReachabilityNeverContactedIsNotFresh(t *testing.T) {
 	var r reachability
-	if r.fresh(time.Now(), ReachableWindow) {
+	if r.fresh(time.Now(), reachableWindow) {
 		t.Fatal("an engine never contacted counts as reachable")
 	}
 	r.set(nil)
-	if !r.fresh(time.Now(), ReachableWindow) {
+	if !r.fresh(time.Now(), reachableWindow) {
 		t.Fatal("an engine just contacted counts as unreachable")
 	}
 	r.set(errRefused)
-	if r.fresh(time.Now(), ReachableWindow) {
+	if r.fresh(time.Now(), reachableWindow) {
 		t.Fatal("an engine whose last contact failed counts as reachable")
+	}
+}
+
+// namedLLM is a fakeLLM with a name, kind and URL of its own.
+type namedLLM struct {
+	fakeLLM
+	name, kind, url string
+}
+
+func (e *namedLLM) Name() string { return e.name }
+func (e *namedLLM) Kind() string { return e.kind }
+func (e *namedLLM) URL() string  { return e.url }
+
+func TestEngineFor(t *testing.T) {
+	cc, err := comfy.NewClient("http://127.0.0.1:8188", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Config{
+		LLMs: []LLMEngine{
+			&namedLLM{name: "big", kind: "vllm", url: "http://gpu.lan:8000"},
+			&namedLLM{name: "ollama", kind: "ollama", url: "http://127.0.0.1"},
+		},
+		Images: []ImageEngine{NewComfy("comfyui", cc, testComfyOptions)},
+	}
+	for _, tc := range []struct {
+		hostport, kind string
+		llm            bool
+		want           string
+	}{
+		{"127.0.0.1:80", "", false, "ollama"},   // the default port
+		{"GPU.lan:8000", "ollama", true, "big"}, // the address outweighs the route
+		{"127.0.0.1:8188", "", false, "comfyui"},
+		{"", "comfyui", false, "comfyui"},
+		{"10.0.0.9:1", "ollama", false, "ollama"},
+		{"", "", true, "big"},
+		{"", "", false, ""},
+	} {
+		got := ""
+		if e := c.EngineFor(tc.hostport, tc.kind, tc.llm); e != nil {
+			got = e.Name()
+		}
+		if got != tc.want {
+			t.Errorf("EngineFor(%q, %q, %v) = %q, want %q", tc.hostport, tc.kind, tc.llm, got, tc.want)
+		}
+	}
+	only := &Config{Images: c.Images}
+	if e := only.EngineFor("", "", false); e == nil || e.Name() != "comfyui" {
+		t.Errorf("the only engine not chosen: %v", e)
 	}
 }
