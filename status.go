@@ -48,8 +48,8 @@ func (ts *turnstile) statusOf(g gpu.Status) Status {
 // ?view=events), the recent history with ?view=history. With ?ready=llm
 // or ?ready=image it answers the JSON with 503 unless a request of that
 // class would be let through at once to a reachable engine (gpu.Ready),
-// for health checks that route traffic to another GPU host. With controls, DELETE ?view=job cancels the
-// running image job (cancel.go).
+// for health checks that route traffic to another GPU host. With
+// controls, DELETE ?view=job cancels the running image job (cancel.go).
 type StatusHandler struct {
 	// The turnstile to report. Default "default".
 	Turnstile string `json:"turnstile,omitempty"`
