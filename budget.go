@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -13,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 )
 
 // A request that may wait for the GPU reads its body into memory first, so
@@ -241,11 +241,10 @@ func (ts *turnstile) refuseWait(w http.ResponseWriter, r *http.Request, c *confi
 			humanize.IBytes(uint64(c.waitBufferLimit)), retry)
 	}
 	if image == nil {
-		return writeLLMBusy(w, r, c.busyStatus, retry, msg)
+		httpapi.Write(w, httpapi.ShapeOf(cleanPath(r), ""), httpapi.Error{Status: c.busyStatus, Code: "gpu_busy", Message: msg, RetryAfter: retry})
+		return nil
 	}
-	w.Header().Set("Retry-After", strconv.Itoa(retry))
-	w.Header().Set("Cache-Control", "no-store")
-	return writeImageError(w, image, http.StatusServiceUnavailable, msg)
+	return writeImageError(w, image, httpapi.Error{Status: http.StatusServiceUnavailable, Code: "gpu_busy", Message: msg, RetryAfter: retry})
 }
 
 // validateBudget checks wait_buffer_limit and max_waiting and fills in

@@ -8,6 +8,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 )
 
 // cancelJob cancels ts's running image job and answers, once its engine
@@ -77,9 +78,6 @@ var pageWithControls = func() []byte {
 // writeCancelledBeforeSent answers an image request whose job was
 // cancelled before it was sent to its engine, in the engine's error shape.
 func writeCancelledBeforeSent(w http.ResponseWriter, e gpu.ImageEngine) error {
-	msg := "gpu_turnstile: image job cancelled before it was sent to " + e.Name()
-	if e.Kind() == "a1111" {
-		return writeJSON(w, http.StatusConflict, map[string]any{"error": "JobCancelled", "detail": msg, "body": "", "errors": msg})
-	}
-	return writeComfyError(w, http.StatusConflict, "job_cancelled", msg)
+	return writeImageError(w, e, httpapi.Error{Status: http.StatusConflict, Code: "job_cancelled",
+		Message: "gpu_turnstile: image job cancelled before it was sent to " + e.Name()})
 }

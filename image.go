@@ -2,7 +2,6 @@ package turnstile
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -13,7 +12,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
 )
 
 // imageBodyLimit bounds how much of a /prompt body is read into memory
@@ -42,16 +43,21 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 	ticket.stopWaiting()
 	if err != nil {
 		if errors.Is(err, gpu.ErrNoEngine) {
-			return writeImageError(w, e, http.StatusServiceUnavailable,
-				fmt.Sprintf("gpu_turnstile: %v; a config reload removed the engine while the job waited", err))
+			return writeImageError(w, e, httpapi.Error{Status: http.StatusServiceUnavailable, Code: "gpu_busy",
+				Message: fmt.Sprintf("gpu_turnstile: %v; a config reload removed the engine while the job waited", err)})
 		}
 		return clientGone("after waiting %v for the GPU", time.Since(start).Round(time.Millisecond))
 	}
 	// From here on every path ends the job, which gives the lock back.
 	c = ts.cfg()
 	if err := job.Prepare(); err != nil {
-		return writeImageError(w, e, http.StatusServiceUnavailable,
-			fmt.Sprintf("gpu_turnstile: %v; image job refused so that the GPU is not shared", err))
+		if jsonhttp.Refused(err) {
+			ts.log().Error("image engine not reachable as the job was readied; answered the client in its API's shape",
+				zap.String("engine", e.Name()), zap.Error(err))
+			return writeImageError(w, e, httpapi.EngineDown(false, e.Name(), e.Kind()))
+		}
+		return writeImageError(w, e, httpapi.Error{Status: http.StatusServiceUnavailable, Code: "gpu_busy",
+			Message: fmt.Sprintf("gpu_turnstile: %v; image job refused so that the GPU is not shared", err)})
 	}
 	if r.Context().Err() != nil {
 		job.End("cancelled")
@@ -176,31 +182,10 @@ func endAborted(job *gpu.ImageJob, span trace.Span, cw *captureWriter) {
 	job.End("failed")
 }
 
-// writeImageError answers in the image engine's error shape.
-func writeImageError(w http.ResponseWriter, e gpu.ImageEngine, status int, msg string) error {
-	if e.Kind() == "a1111" {
-		return writeA1111Error(w, status, msg)
-	}
-	return writeComfyError(w, status, "gpu_busy", msg)
-}
-
-// writeComfyError answers in ComfyUI's error shape.
-func writeComfyError(w http.ResponseWriter, status int, typ, msg string) error {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	return json.NewEncoder(w).Encode(map[string]any{
-		"error":       map[string]any{"type": typ, "message": msg, "details": "", "extra_info": map[string]any{}},
-		"node_errors": map[string]any{},
-	})
-}
-
-// writeA1111Error answers in A1111's error shape.
-func writeA1111Error(w http.ResponseWriter, status int, msg string) error {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	return json.NewEncoder(w).Encode(map[string]any{
-		"error": "GPUBusy", "detail": msg, "body": "", "errors": msg,
-	})
+// writeImageError answers err in the image engine's error shape.
+func writeImageError(w http.ResponseWriter, e gpu.ImageEngine, err httpapi.Error) error {
+	httpapi.Write(w, httpapi.ShapeOf("", e.Kind()), err)
+	return nil
 }
 
 // imageEngine is the engine an image request goes to: the handler's

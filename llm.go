@@ -2,17 +2,15 @@ package turnstile
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 )
 
 // waitBodyLimit bounds how much of a request body is read into memory
@@ -106,13 +104,7 @@ func (h *Handler) serveDuringJob(w http.ResponseWriter, r *http.Request, next ca
 		return next.ServeHTTP(w, r)
 	}
 	msg := "gpu_turnstile: this LLM request comes from within a running image job and would wait for that job to end, which waits for it: refused (during_job reject)"
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusConflict)
-	var body any = map[string]string{"error": msg}
-	if strings.HasPrefix(strings.ToLower(r.URL.Path), "/v1/") {
-		body = map[string]any{"error": map[string]any{"message": msg, "type": "invalid_request_error", "param": nil, "code": "gpu_deadlock"}}
-	}
-	json.NewEncoder(w).Encode(body)
+	httpapi.Write(w, httpapi.ShapeOf(cleanPath(r), ""), httpapi.Error{Status: http.StatusConflict, Code: "gpu_deadlock", Message: msg})
 	return nil
 }
 
@@ -129,25 +121,7 @@ func (ts *turnstile) writeBusy(w http.ResponseWriter, r *http.Request, c *config
 	if reason == "timeout" {
 		msg = fmt.Sprintf("gpu_turnstile: waited %v for the GPU, busy with %s; retry after %ds", c.llmWait, why, retry)
 	}
-	return writeLLMBusy(w, r, c.busyStatus, retry, msg)
-}
-
-// writeLLMBusy answers with status and Retry-After, in the error format of
-// the API the client spoke: Ollama's, or OpenAI's under /v1/.
-func writeLLMBusy(w http.ResponseWriter, r *http.Request, status, retry int, msg string) error {
-	w.Header().Set("Retry-After", strconv.Itoa(retry))
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	var body any = map[string]string{"error": msg}
-	if strings.HasPrefix(strings.ToLower(r.URL.Path), "/v1/") {
-		typ := "server_error"
-		if status == http.StatusTooManyRequests {
-			typ = "rate_limit_error"
-		}
-		body = map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": "gpu_busy"}}
-	}
-	json.NewEncoder(w).Encode(body) // a client gone by now has nothing to be told
+	httpapi.Write(w, httpapi.ShapeOf(cleanPath(r), ""), httpapi.Error{Status: c.busyStatus, Code: "gpu_busy", Message: msg, RetryAfter: retry})
 	return nil
 }
 

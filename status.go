@@ -2,7 +2,10 @@ package turnstile
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -39,18 +42,14 @@ func (ts *turnstile) statusOf(g gpu.Status) Status {
 	return st
 }
 
-// llmReady reports whether an LLM request would be served at once.
-func (st Status) llmReady() bool {
-	return (st.State == "idle" || st.State == "llm") && st.ImageWaiting == 0 && st.HoldWaiting == 0
-}
-
 // StatusHandler answers with a turnstile's status: JSON by default, the
 // live status page for browsers (Accept: text/html, or ?view=html), the
 // live events as Server-Sent Events (Accept: text/event-stream, or
-// ?view=events), the recent history with ?view=history. With ?ready=llm it answers 503 while
-// an LLM request would have to wait, for health checks that route LLM
-// traffic to another GPU host. With controls, DELETE ?view=job cancels the
-// running image job (cancel.go).
+// ?view=events), the recent history with ?view=history. With ?ready=llm
+// or ?ready=image it answers the JSON with 503 unless a request of that
+// class would be let through at once to a reachable engine (gpu.Ready),
+// for health checks that route traffic to another GPU host. With
+// controls, DELETE ?view=job cancels the running image job (cancel.go).
 type StatusHandler struct {
 	// The turnstile to report. Default "default".
 	Turnstile string `json:"turnstile,omitempty"`
@@ -95,7 +94,18 @@ func (h *StatusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ cadd
 		return h.serveCancel(w, r)
 	}
 	q := r.URL.Query()
-	switch view := q.Get("view"); {
+	view := q.Get("view")
+	if msg := badStatusQuery(q); msg != "" {
+		return writeJSON(w, http.StatusBadRequest, map[string]string{"error": msg})
+	}
+	switch {
+	case q.Has("ready"):
+		ready, gst := h.ts.Ready(r.Context(), strings.ToLower(q.Get("ready")))
+		code := http.StatusOK
+		if !ready {
+			code = http.StatusServiceUnavailable
+		}
+		return writeJSON(w, code, h.ts.statusOf(gst))
 	case view == "json":
 	case view == "history":
 		var since time.Time
@@ -108,12 +118,29 @@ func (h *StatusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ cadd
 	case view == "html" || (view == "" && wantsHTML(r)):
 		return servePage(w, h.Controls)
 	}
-	st := h.ts.status()
-	code := http.StatusOK
-	if q.Get("ready") == "llm" && !st.llmReady() {
-		code = http.StatusServiceUnavailable
+	return writeJSON(w, http.StatusOK, h.ts.status())
+}
+
+// badStatusQuery says what is wrong with a status query, or "": a view
+// or ready value the handler does not know, or ready with a view other
+// than json (a readiness check always answers the JSON).
+func badStatusQuery(q url.Values) string {
+	view := q.Get("view")
+	switch view {
+	case "", "json", "html", "events", "history":
+	default:
+		return fmt.Sprintf("gpu_turnstile_status: view %q: want json, html, events or history", view)
 	}
-	return writeJSON(w, code, st)
+	if !q.Has("ready") {
+		return ""
+	}
+	if r := strings.ToLower(q.Get("ready")); r != "llm" && r != "image" {
+		return fmt.Sprintf("gpu_turnstile_status: ready %q: want llm or image", q.Get("ready"))
+	}
+	if view != "" && view != "json" {
+		return fmt.Sprintf("gpu_turnstile_status: ready with view %q: a readiness check answers the JSON; drop view or use view=json", view)
+	}
+	return ""
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) error {

@@ -281,13 +281,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if c != classPassthrough || h.class != classAuto {
 		caddyhttp.SetVar(r.Context(), handledVar, true)
 	}
+	var err error
 	switch c {
 	case classLLM:
-		return h.serveLLM(w, r, next)
+		err = h.serveLLM(w, r, next)
 	case classImage:
-		return h.serveImage(w, r, next)
+		err = h.serveImage(w, r, next)
+	default:
+		err = next.ServeHTTP(w, r)
 	}
-	return next.ServeHTTP(w, r)
+	return h.answerFailedForward(w, r, c, err)
 }
 
 // Interface guards

@@ -167,19 +167,22 @@ func TestTryAcquireSharedRefusesWhileExclusiveWaits(t *testing.T) {
 	l.AcquireShared(context.Background())
 	img := acquireAsync(l, context.Background(), ImageJob)
 	waitFor(t, l, "image waiter", func(s Snapshot) bool { return s.ImageWaiting == 1 })
-	if l.TryAcquireShared() {
-		t.Fatal("TryAcquireShared succeeded while an exclusive waiter was queued")
+	if !l.Snapshot().SharedWaits || l.TryAcquireShared() {
+		t.Fatal("TryAcquireShared succeeded (or the snapshot said it would) while an exclusive waiter was queued")
 	}
 	l.ReleaseShared()
 	if err := <-img; err != nil {
 		t.Fatal(err)
 	}
-	if l.TryAcquireShared() {
-		t.Fatal("TryAcquireShared succeeded while exclusive was held")
+	if !l.Snapshot().SharedWaits || l.TryAcquireShared() {
+		t.Fatal("TryAcquireShared succeeded (or the snapshot said it would) while exclusive was held")
 	}
 	l.ReleaseExclusive(false)
-	if !l.TryAcquireShared() {
-		t.Fatal("TryAcquireShared failed on an idle lock")
+	if l.Snapshot().SharedWaits || !l.TryAcquireShared() {
+		t.Fatal("TryAcquireShared failed (or the snapshot said it would) on an idle lock")
+	}
+	if l.Snapshot().SharedWaits {
+		t.Fatal("the snapshot says a shared holder waits beside another")
 	}
 	l.ReleaseShared()
 }
@@ -370,8 +373,8 @@ func TestWaiterArrivingDuringFreeIsServedAfterIt(t *testing.T) {
 	released := make(chan bool)
 	go func() { released <- l.ReleaseExclusive(true) }()
 	<-inFree
-	if l.TryAcquireShared() {
-		t.Fatal("shared admitted during a free")
+	if !l.Snapshot().SharedWaits || l.TryAcquireShared() {
+		t.Fatal("shared admitted (or the snapshot said it would be) during a free")
 	}
 	if s := l.State(); s != Image {
 		t.Fatalf("state during free %v, want image", s)

@@ -11,6 +11,9 @@ type Snapshot struct {
 	Freeing         bool // the last exclusive holder's free is running
 	OwesFree        bool // ComfyUI may still hold a previous job's models
 	Streak          int  // exclusive grants in a row while shared waiters waited
+	// SharedWaits is set when a new shared holder would have to wait (an
+	// exclusive holder, waiter or free): TryAcquireShared's own rule.
+	SharedWaits bool
 }
 
 // Snapshot returns the lock's current state.
@@ -31,6 +34,7 @@ func (l *Lock) snapshotLocked() Snapshot {
 		Freeing:         l.freeing,
 		OwesFree:        l.owesFree,
 		Streak:          l.streak,
+		SharedWaits:     !l.sharedFree(),
 	}
 }
 

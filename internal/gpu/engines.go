@@ -1,6 +1,10 @@
 package gpu
 
 import (
+	"net"
+	"net/url"
+	"strings"
+	"sync"
 	"sync/atomic"
 )
 
@@ -46,6 +50,11 @@ type engineRun struct {
 	// noGPUReading is set once the image engine is seen to report no
 	// GPU memory: its frees cannot be confirmed.
 	noGPUReading atomic.Bool
+
+	// probeMu guards probe, the readiness probe in flight, which
+	// concurrent readiness checks share (ready.go).
+	probeMu sync.Mutex
+	probe   *probeCall
 }
 
 // engineRef boxes an Engine for an atomic.Pointer.
@@ -163,4 +172,55 @@ func (c *Config) warmEngine() LLMEngine {
 		return c.WarmEngine
 	}
 	return c.LLMs[0]
+}
+
+// EngineFor is the engine a request went to, as far as can be told: the
+// one at hostport (the upstream Caddy's reverse_proxy dialled, "" if not
+// known), else the first of kind (the kind of engine the route belongs
+// to, "" if it says none), else, for an LLM route, the first LLM engine,
+// else the only engine. Nil if none fits.
+func (c *Config) EngineFor(hostport, kind string, llm bool) Engine {
+	all := make([]Engine, 0, len(c.LLMs)+len(c.Images))
+	for _, e := range c.LLMs {
+		all = append(all, e)
+	}
+	for _, e := range c.Images {
+		all = append(all, e)
+	}
+	if hostport != "" {
+		for _, e := range all {
+			if strings.EqualFold(hostPort(e.URL()), hostport) {
+				return e
+			}
+		}
+	}
+	for _, e := range all {
+		if kind != "" && e.Kind() == kind {
+			return e
+		}
+	}
+	switch {
+	case llm && len(c.LLMs) > 0:
+		return c.LLMs[0]
+	case len(all) == 1:
+		return all[0]
+	}
+	return nil
+}
+
+// hostPort is the host:port of an engine URL, its scheme's port if it
+// names none.
+func hostPort(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return ""
+	}
+	if u.Port() != "" {
+		return u.Host
+	}
+	port := "80"
+	if u.Scheme == "https" {
+		port = "443"
+	}
+	return net.JoinHostPort(u.Hostname(), port)
 }

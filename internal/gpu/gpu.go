@@ -286,11 +286,16 @@ func (g *GPU) Transition(from, to lock.State) {
 	}
 }
 
-// reachability is what the last contact with an upstream showed.
-type reachability struct{ v atomic.Int32 }
+// reachability is what the last contact with an upstream showed, and
+// when one last succeeded.
+type reachability struct {
+	v    atomic.Int32
+	okAt atomic.Int64 // UnixNano of the last successful contact
+}
 
 func (r *reachability) set(err error) {
 	if err == nil {
+		r.okAt.Store(time.Now().UnixNano())
 		r.v.Store(1)
 	} else {
 		r.v.Store(2)
@@ -308,6 +313,11 @@ func (r *reachability) get() *bool {
 		return &f
 	}
 	return nil
+}
+
+// fresh reports whether the last contact succeeded within window of now.
+func (r *reachability) fresh(now time.Time, window time.Duration) bool {
+	return r.v.Load() == 1 && now.Sub(time.Unix(0, r.okAt.Load())) < window
 }
 
 func randomID() string {

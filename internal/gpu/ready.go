@@ -1,0 +1,153 @@
+package gpu
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// reachableWindow is how long a successful contact with an engine vouches
+// for it: past it, a readiness check probes the engine again.
+const reachableWindow = 10 * time.Second
+
+// Ready reports whether a request of class ("llm" or "image") would be
+// let through now, and the status it judged from. It would if a new LLM
+// request would be admitted at once (state idle or llm, no exclusive
+// holder, waiter or free: the lock's own rule), and an engine of the
+// class is reachable: its last contact succeeded within reachableWindow,
+// or a probe of it (Loaded for an LLM engine, Queue for an image engine:
+// Ollama's /api/ps, ComfyUI's /queue, ...) succeeds now, within
+// probe_timeout. An engine never contacted is probed; one whose forward
+// failed (NoteUnreachable) is probed at once.
+func (g *GPU) Ready(ctx context.Context, class string) (bool, Status) {
+	c := g.cfg()
+	if c == nil || g.lock.Snapshot().SharedWaits {
+		return false, g.Status()
+	}
+	var engines []Engine
+	switch class {
+	case "llm":
+		for _, e := range c.LLMs {
+			engines = append(engines, e)
+		}
+	case "image":
+		for _, e := range c.Images {
+			engines = append(engines, e)
+		}
+	}
+	reachable := g.anyReachable(ctx, c, engines)
+	snap := g.lock.Snapshot() // the probe may have taken a while
+	return reachable && !snap.SharedWaits, g.statusAt(snap)
+}
+
+// anyReachable reports whether one of engines is reachable: at once if
+// one was in contact lately, else once a probe of one succeeds (all are
+// probed at once).
+func (g *GPU) anyReachable(ctx context.Context, c *Config, engines []Engine) bool {
+	now := time.Now()
+	for _, e := range engines {
+		if g.run(e).up.fresh(now, reachableWindow) {
+			return true
+		}
+	}
+	if len(engines) == 0 {
+		return false
+	}
+	ok := make(chan bool, len(engines))
+	for _, e := range engines {
+		p := g.probeOf(c, e)
+		go func() {
+			select {
+			case <-p.done:
+				ok <- p.err == nil
+			case <-ctx.Done():
+				ok <- false
+			}
+		}()
+	}
+	for range engines {
+		if <-ok {
+			return true
+		}
+	}
+	return false
+}
+
+// probeCall is a readiness probe of one engine: done is closed once err
+// is set.
+type probeCall struct {
+	done chan struct{}
+	err  error
+}
+
+// probeOf returns the engine's readiness probe in flight, starting one if
+// none is: an engine is probed once at a time, however many checks ask.
+// The probe is the GPU's, not the caller's: a check that gives up does
+// not cut it short for the others.
+func (g *GPU) probeOf(c *Config, e Engine) *probeCall {
+	run := g.run(e)
+	run.probeMu.Lock()
+	defer run.probeMu.Unlock()
+	if run.probe != nil {
+		return run.probe
+	}
+	p := &probeCall{done: make(chan struct{})}
+	run.probe = p
+	g.spawn(func() {
+		ctx, cancel := context.WithTimeout(g.ctx, c.ProbeTimeout)
+		err := contact(ctx, e)
+		cancel()
+		run.up.set(err)
+		if err != nil {
+			g.log().Debug(e.Name()+" not reachable for a readiness check", zap.Error(err))
+		}
+		run.probeMu.Lock()
+		run.probe = nil
+		run.probeMu.Unlock()
+		p.err = err
+		close(p.done)
+	})
+	return p
+}
+
+// contact makes the cheapest call that shows the engine answers. An
+// engine that answers that it cannot be emptied answers all the same.
+func contact(ctx context.Context, e Engine) error {
+	var err error
+	switch e := e.(type) {
+	case LLMEngine:
+		_, err = e.Loaded(ctx)
+	case ImageEngine:
+		_, _, err = e.Queue(ctx)
+	}
+	if errors.Is(err, ErrCannotEmpty) {
+		return nil
+	}
+	return err
+}
+
+// NoteUnreachable records that a request forwarded to the engine named
+// name could not reach it: the next readiness check probes it again
+// rather than trust an earlier contact.
+func (g *GPU) NoteUnreachable(name string, err error) {
+	if c := g.cfg(); c != nil && c.engine(name) != nil {
+		g.runNamed(name).up.set(err)
+	}
+}
+
+// engine returns c's engine named name, or nil.
+func (c *Config) engine(name string) Engine {
+	for _, e := range c.LLMs {
+		if e.Name() == name {
+			return e
+		}
+	}
+	for _, e := range c.Images {
+		if e.Name() == name {
+			return e
+		}
+	}
+	return nil
+}
