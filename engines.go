@@ -182,3 +182,16 @@ func (s *Settings) hasImageEngine(name string) bool {
 	}
 	return false
 }
+
+// engineNames lists a config's engines by name, for messages.
+func engineNames(c *config) string {
+	var names []string
+	for _, e := range c.gpu.LLMs {
+		names = append(names, e.Name())
+	}
+	for _, e := range c.gpu.Images {
+		names = append(names, e.Name())
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
