@@ -117,3 +117,31 @@ func BenchmarkGuardCheckEngine(b *testing.B) {
 		g.Check("127.0.0.1:11435")
 	}
 }
+
+func TestUpstream(t *testing.T) {
+	for url, want := range map[string]string{
+		"http://127.0.0.1:11435":  "http://127.0.0.1:11435",
+		"http://127.0.0.1:11435/": "http://127.0.0.1:11435",
+		"https://gpu.lan":         "https://gpu.lan",
+		"http://[::1]:8189":       "http://[::1]:8189",
+	} {
+		if got, err := Upstream(url); err != nil || got != want {
+			t.Errorf("Upstream(%q) = %q, %v; want %q", url, got, err, want)
+		}
+	}
+	for url, want := range map[string]string{
+		"http://u:p@h:1":   "credentials",
+		"http://u@h:1":     "credentials",
+		"http://h:1/comfy": "a path (/comfy)",
+		"http://h:1/?x=1":  "a query",
+		"http://h:1?":      "a query",
+		"http://h:1#f":     "a fragment",
+		"ftp://h:1":        "http(s)",
+		"h:1":              "http(s)",
+		"http://h:1\x7f":   "parse",
+	} {
+		if got, err := Upstream(url); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Upstream(%q) = %q, %v; want an error naming %s", url, got, err, want)
+		}
+	}
+}
