@@ -2,11 +2,19 @@ package turnstile
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama/ollamatest"
 )
@@ -127,4 +135,43 @@ func hostOf(t *testing.T, raw string) string {
 		t.Fatal(err)
 	}
 	return u.Host
+}
+
+// Through one handler: every one of the first route.Always misrouted
+// requests is counted, then one in route.Every; the upstream is logged
+// once, at error.
+func TestMisroutedCountedThenSampled(t *testing.T) {
+	c, err := Settings{Ollama: "http://127.0.0.1:1"}.validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := newTurnstile("misroute-unit")
+	t.Cleanup(func() { ts.Destruct() })
+	ts.cfgp.Store(c)
+	core, logs := observer.New(zapcore.InfoLevel)
+	ts.logp.Store(zap.New(core))
+	h := &Handler{class: classAuto, ts: ts, guard: c.routes}
+	to := func(upstream string) *http.Request {
+		r := benchRequest("POST", "/api/chat")
+		r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer).Set(upstreamVar, upstream)
+		return r
+	}
+	before := counterValue(t, ts.metrics.misrouted)
+	for range 200 {
+		if err := h.ServeHTTP(httptest.NewRecorder(), to("127.0.0.1:9"), nopNext); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.ServeHTTP(httptest.NewRecorder(), to("localhost:1"), nopNext) // the engine
+	// 100 checked one by one, then the 128th and the 192nd.
+	if got := counterValue(t, ts.metrics.misrouted) - before; got != route.Always+2 {
+		t.Fatalf("misrouted +%v after 200 misrouted requests, want +%d", got, route.Always+2)
+	}
+	errs := logs.FilterLevelExact(zapcore.ErrorLevel).All()
+	if len(errs) != 1 || errs[0].ContextMap()["upstream"] != "127.0.0.1:9" {
+		t.Fatalf("error logs %+v, want one naming 127.0.0.1:9", errs)
+	}
+	if st := ts.status(); len(st.Warnings) != 1 || !strings.Contains(st.Warnings[0], "127.0.0.1:9") {
+		t.Fatalf("warnings %q", st.Warnings)
+	}
 }
