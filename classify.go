@@ -146,3 +146,46 @@ func hasModelQuery(q string) bool {
 	v, _ := url.ParseQuery(q)
 	return v.Get("model") != ""
 }
+
+// engineRoutes is the kind of engine whose routes a handler guards
+// (engine_routes); the zero value guards every engine's.
+type engineRoutes struct {
+	kind string // the engine's kind; "" for every kind
+	llm  bool   // whether it is an LLM engine
+}
+
+// routesOf is the engineRoutes of the engine named name.
+func routesOf(c *config, name string) (engineRoutes, bool) {
+	for _, e := range c.gpu.LLMs {
+		if e.Name() == name {
+			return engineRoutes{kind: e.Kind(), llm: true}, true
+		}
+	}
+	for _, e := range c.gpu.Images {
+		if e.Name() == name {
+			return engineRoutes{kind: e.Kind()}, true
+		}
+	}
+	return engineRoutes{}, false
+}
+
+// restrict (for a kind, not the zero value) makes passthrough what is not work for an engine of e's kind:
+// LLM routes on an image engine, another kind's image jobs. llama-swap
+// serves A1111's routes itself (stable-diffusion.cpp): LLM work there.
+func (e engineRoutes) restrict(c class, r *http.Request) class {
+	switch c {
+	case classLLM:
+		if !e.llm {
+			return classPassthrough
+		}
+	case classImage:
+		switch k := imageKind(cleanPath(r)); {
+		case k == e.kind:
+		case e.kind == "llamaswap" && k == "a1111":
+			return classLLM
+		default:
+			return classPassthrough
+		}
+	}
+	return c
+}

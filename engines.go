@@ -210,3 +210,50 @@ func (s *Settings) hasImageEngine(name string) bool {
 	}
 	return false
 }
+
+// engineNames lists a config's engines by name, for messages.
+func engineNames(c *config) string {
+	var names []string
+	for _, e := range c.gpu.LLMs {
+		names = append(names, e.Name())
+	}
+	for _, e := range c.gpu.Images {
+		names = append(names, e.Name())
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
+
+// engineNamed finds the engine named name in the settings, with the
+// option that defines it (as the Caddyfile spells it: `ollama`, `llm
+// vllm`...) and its class.
+func (s *Settings) engineNamed(name string) (es EngineSettings, opt, class string, ok bool) {
+	for _, cl := range []struct {
+		class, shorthand, kind, url string
+		more                        []EngineSettings
+	}{{"llm", "ollama", "ollama", s.Ollama, s.LLM}, {"image", "comfy", "comfyui", s.Comfy, s.Image}} {
+		if cl.url != "" && name == cl.kind {
+			return EngineSettings{Kind: cl.kind, URL: cl.url}, cl.shorthand, cl.class, true
+		}
+		for _, es := range cl.more {
+			if es.Name == name || (es.Name == "" && es.Kind == name) {
+				return es, cl.class + " " + es.Kind, cl.class, true
+			}
+		}
+	}
+	return EngineSettings{}, "", "", false
+}
+
+// engineNameList lists the settings' engines by name, for messages.
+func (s *Settings) engineNameList() string {
+	var names []string
+	for _, es := range append(engineList(s.Ollama, "ollama", s.LLM), engineList(s.Comfy, "comfyui", s.Image)...) {
+		name := es.Name
+		if name == "" {
+			name = es.Kind
+		}
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
@@ -18,12 +19,17 @@ func benchHandler(b *testing.B) *Handler {
 	}
 	ts := newTurnstile("bench")
 	ts.cfgp.Store(c)
-	return &Handler{class: classAuto, ts: ts}
+	return &Handler{class: classAuto, ts: ts, guard: c.routes}
 }
 
+// benchRequest is a request as Caddy's reverse_proxy leaves it: proxied
+// to the turnstile's engine, which the misrouting check reads.
 func benchRequest(method, path string) *http.Request {
 	r := httptest.NewRequest(method, path, nil)
-	ctx := context.WithValue(r.Context(), caddyhttp.VarsCtxKey, map[string]any{})
+	repl := caddy.NewReplacer()
+	repl.Set(upstreamVar, "127.0.0.1:1")
+	ctx := context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl)
+	ctx = context.WithValue(ctx, caddyhttp.VarsCtxKey, map[string]any{})
 	return r.WithContext(ctx)
 }
 
@@ -75,7 +81,7 @@ func llmInUseHandler(name string) *Handler {
 	ts := newTurnstile(name)
 	ts.cfgp.Store(c)
 	ts.lock.TryAcquireShared()
-	return &Handler{class: classAuto, ts: ts}
+	return &Handler{class: classAuto, ts: ts, guard: c.routes}
 }
 
 // allocsPerRequest is what h allocates per request r, served again and

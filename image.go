@@ -114,10 +114,16 @@ func (ts *turnstile) serveQueuedJob(w http.ResponseWriter, r *http.Request, next
 // runs stable-diffusion.cpp behind them): then they are LLM work.
 // ComfyUI's pass through.
 func (h *Handler) serveWithoutEngine(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, c *config) error {
-	if h.class == classAuto && imageKind(cleanPath(r)) == "a1111" && len(c.gpu.LLMs) > 0 {
+	if h.imageRouteIsLLM(c, r) {
 		return h.serveLLM(w, r, next)
 	}
 	return next.ServeHTTP(w, r)
+}
+
+// imageRouteIsLLM reports whether an image route with no engine of its
+// kind is LLM work: A1111's, when the turnstile has LLM engines.
+func (h *Handler) imageRouteIsLLM(c *config, r *http.Request) bool {
+	return h.class == classAuto && imageKind(cleanPath(r)) == "a1111" && len(c.gpu.LLMs) > 0
 }
 
 // serveSyncJob forwards a job whose answer comes at its end (A1111),

@@ -70,6 +70,11 @@ var (
 		Help: "Failed calls the turnstile made to an upstream, by upstream (an engine's kind, or vram), engine (its name) and operation.",
 	}, []string{"turnstile", "upstream", "engine", "op"})
 
+	misrouted = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpu_turnstile_misrouted_total",
+		Help: "Guarded requests that reverse_proxy sent to an upstream that is none of the turnstile's engines (checked for the first requests after a config load, then sampled).",
+	}, []string{"turnstile"})
+
 	stateDesc = prometheus.NewDesc("gpu_turnstile_state",
 		"What the GPU is used for: 0 idle, 1 llm, 2 image, 3 hold.", []string{"turnstile"}, nil)
 	inflightDesc = prometheus.NewDesc("gpu_turnstile_llm_inflight",
@@ -130,7 +135,7 @@ func stateNumber(s string) int {
 
 var collectors = []prometheus.Collector{
 	imageJobs, lockWait, unloadSeconds, freeSeconds, wakeSeconds, warmSeconds, jobSeconds,
-	busyAnswers, holdEvents, upstreamErrors, stateCollector{},
+	busyAnswers, holdEvents, upstreamErrors, misrouted, stateCollector{},
 }
 
 // registerMetrics adds the collectors to a config's registry. The same
@@ -158,6 +163,7 @@ type turnstileMetrics struct {
 	waitLLM, waitImage, waitHold prometheus.Observer
 	busyReject, busyTimeout      prometheus.Counter
 	busyOverload                 prometheus.Counter
+	misrouted                    prometheus.Counter
 	upstreamErrors               *prometheus.CounterVec
 }
 
@@ -170,6 +176,7 @@ func newTurnstileMetrics(name string) *turnstileMetrics {
 		busyReject:     busyAnswers.WithLabelValues(name, "reject"),
 		busyTimeout:    busyAnswers.WithLabelValues(name, "timeout"),
 		busyOverload:   busyAnswers.WithLabelValues(name, "overload"),
+		misrouted:      misrouted.WithLabelValues(name),
 		upstreamErrors: upstreamErrors,
 	}
 }

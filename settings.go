@@ -10,6 +10,7 @@ import (
 
 	configjson "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy"
 )
 
@@ -195,6 +196,8 @@ type config struct {
 	captureLimit int64
 
 	waitBufferLimit int64
+
+	routes *route.Guard // this config's engines, against misrouting (misroute.go)
 }
 
 // validate checks the settings and returns them with defaults filled in.
@@ -204,7 +207,7 @@ func (s Settings) validate() (*config, error) {
 	c := &config{Settings: s}
 	c.gpu = gpu.Config{WarmModel: s.WarmModel, EarlyUnload: s.EarlyUnload, MaxImageStreak: s.MaxImageStreak, MinFreeVRAM: s.MinFreeVRAM}
 	for _, check := range []func(Settings, *config) error{
-		validateBusy, validateDurations, validateEngines, validateLimits, validateVRAM, validateWarm, validatePresence,
+		validateBusy, validateDurations, validateEngines, validateRoutes, validateLimits, validateVRAM, validateWarm, validatePresence,
 	} {
 		if err := check(s, c); err != nil {
 			return nil, err

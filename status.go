@@ -27,6 +27,11 @@ type Status struct {
 	WaitBuffer WaitBufferStatus `json:"wait_buffer"`
 	// WaitingLimit is max_waiting, if set.
 	WaitingLimit int `json:"waiting_limit,omitempty"`
+	// Warnings are what the running config got wrong, seen at run time:
+	// guarded requests proxied to an upstream that is none of the
+	// engines (misroute.go), at most 16. A config that loads starts
+	// with none.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 func (ts *turnstile) status() Status { return ts.statusOf(ts.GPU.Status()) }
@@ -38,6 +43,7 @@ func (ts *turnstile) statusOf(g gpu.Status) Status {
 	st.WaitBuffer = ts.budget.status(c)
 	if c != nil {
 		st.WaitingLimit = c.MaxWaiting
+		st.Warnings = c.routes.Warnings()
 	}
 	return st
 }

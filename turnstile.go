@@ -25,6 +25,7 @@ import (
 	"go.uber.org/zap"
 
 	configjson "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
 )
 
 func init() {
@@ -204,8 +205,16 @@ type Handler struct {
 	// The image engine (by name) that image requests go to. Default: the
 	// turnstile's first engine of the kind the route belongs to
 	// (/prompt: comfyui; /sdapi/v1/...: a1111). Needed only with two
-	// image engines of one kind.
+	// image engines of one kind. With engine_routes it may name an LLM
+	// engine too.
 	Engine string `json:"engine,omitempty"`
+
+	// EngineRoutes guards only the routes of Engine's kind (an LLM
+	// engine's model routes; ComfyUI's /prompt; A1111's /sdapi/v1/
+	// jobs); every other request passes through: a POST /prompt to
+	// Ollama is no image job. gpu_turnstile_proxy sets it, its
+	// reverse_proxy going to that engine alone. Needs engine.
+	EngineRoutes bool `json:"engine_routes,omitempty"`
 
 	// DuringJob decides what an LLM request does when it would wait for a
 	// running image job: "allow" lets it through as part of the job (its
@@ -218,6 +227,12 @@ type Handler struct {
 
 	class class
 	ts    *turnstile
+	// routes is the kind whose routes are guarded, with engine_routes.
+	routes engineRoutes
+	// guard and sampler check where guarded requests were proxied
+	// (misroute.go); guard is the config's own.
+	guard   *route.Guard
+	sampler route.Sampler
 }
 
 // CaddyModule returns the Caddy module information.
@@ -243,10 +258,30 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.ts, err = lookupTurnstile(ctx, h.Turnstile); err != nil {
 		return err
 	}
-	if h.Engine != "" {
-		if c := h.provisioningConfig(ctx); c != nil && imageEngineNamed(c, h.Engine) == nil {
-			return fmt.Errorf("gpu_turnstile: engine %q: turnstile %q has no image engine of that name", h.Engine, h.ts.name)
+	cfg := h.provisioningConfig(ctx)
+	if cfg == nil {
+		return fmt.Errorf("gpu_turnstile: turnstile %q is not in the config being loaded", h.ts.name)
+	}
+	h.guard = cfg.routes
+	return h.provisionEngine(cfg)
+}
+
+// provisionEngine checks the handler's engine against the config, and
+// with engine_routes learns the routes to guard.
+func (h *Handler) provisionEngine(c *config) error {
+	if h.EngineRoutes {
+		if h.Engine == "" {
+			return fmt.Errorf("gpu_turnstile: engine_routes needs engine")
 		}
+		r, ok := routesOf(c, h.Engine)
+		if !ok {
+			return fmt.Errorf("gpu_turnstile: engine %q: turnstile %q has no engine of that name (engines: %s)", h.Engine, h.ts.name, engineNames(c))
+		}
+		h.routes = r
+		return nil
+	}
+	if h.Engine != "" && imageEngineNamed(c, h.Engine) == nil {
+		return fmt.Errorf("gpu_turnstile: engine %q: turnstile %q has no image engine of that name", h.Engine, h.ts.name)
 	}
 	return nil
 }
@@ -274,7 +309,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	c := h.class
 	if c == classAuto {
-		c = classify(r)
+		if c = classify(r); h.routes.kind != "" {
+			c = h.routes.restrict(c, r)
+		}
 	}
 	// A passthrough found by auto mode holds nothing, so a later handler
 	// may look again; any other decision is final.
@@ -285,8 +322,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	switch c {
 	case classLLM:
 		err = h.serveLLM(w, r, next)
+		h.checkRoute(r)
 	case classImage:
 		err = h.serveImage(w, r, next)
+		h.checkImageRoute(r)
 	default:
 		err = next.ServeHTTP(w, r)
 	}

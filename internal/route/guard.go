@@ -1,0 +1,85 @@
+package route
+
+import (
+	"fmt"
+	"sync"
+)
+
+// MaxWarnings bounds how many misrouted upstreams a Guard names.
+const MaxWarnings = 16
+
+// maxSeen bounds how many distinct misrouted upstreams a Guard remembers,
+// so that each is logged once: dynamic upstreams could make any number.
+const maxSeen = 1024
+
+// Guard knows one turnstile's engines, as one config defines them, and
+// remembers the upstreams seen that are none of them. A config that loads
+// gets a new Guard: what an old config got wrong is not carried over.
+type Guard struct {
+	engines []Addr
+	// exact are the engines' addresses as reverse_proxy spells them when
+	// given the engine's URL: the common case needs no parsing.
+	exact map[string]bool
+
+	mu       sync.Mutex
+	seen     map[string]bool
+	warnings []string
+}
+
+// NewGuard makes the Guard of engines given by their URLs.
+func NewGuard(engineURLs []string) (*Guard, error) {
+	g := &Guard{exact: map[string]bool{}, seen: map[string]bool{}}
+	for _, u := range engineURLs {
+		a, err := EngineAddr(u)
+		if err != nil {
+			return nil, err
+		}
+		g.engines = append(g.engines, a)
+		hp, _ := HostPort(u) // parsed above
+		g.exact[hp] = true
+	}
+	return g, nil
+}
+
+// Check reports whether hostport, where reverse_proxy sent a request, is
+// none of the engines; and if so, whether it is the first time this Guard
+// sees it (to be logged then, and only then).
+func (g *Guard) Check(hostport string) (misrouted, first bool) {
+	if g.exact[hostport] || g.isEngine(UpstreamAddr(hostport)) {
+		return false, false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.seen[hostport] || len(g.seen) >= maxSeen {
+		return true, false
+	}
+	g.seen[hostport] = true
+	if len(g.warnings) < MaxWarnings {
+		g.warnings = append(g.warnings, fmt.Sprintf(
+			"guarded requests were proxied to %s, which is none of this turnstile's engines: the GPU may be shared unseen; send them to an engine's URL (gpu_turnstile_proxy does)", hostport))
+	}
+	return true, true
+}
+
+func (g *Guard) isEngine(a Addr) bool {
+	for _, e := range g.engines {
+		if e == a {
+			return true
+		}
+	}
+	return false
+}
+
+// Warnings name the misrouted upstreams seen, at most MaxWarnings, in the
+// order they were first seen; nil if none (or g is nil).
+func (g *Guard) Warnings() []string {
+	if g == nil {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.warnings) == 0 {
+		return nil
+	}
+	return append([]string(nil), g.warnings...)
+}

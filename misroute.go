@@ -1,0 +1,74 @@
+package turnstile
+
+import (
+	"net/http"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
+)
+
+// upstreamVar is the placeholder in which Caddy's reverse_proxy puts the
+// host:port of the upstream it chose for the request.
+const upstreamVar = "http.reverse_proxy.upstream.hostport"
+
+// validateRoutes makes the config's guard against misrouting: a
+// turnstile's engines, as this config defines them.
+func validateRoutes(_ Settings, c *config) error {
+	var urls []string
+	for _, e := range c.gpu.LLMs {
+		urls = append(urls, e.URL())
+	}
+	for _, e := range c.gpu.Images {
+		urls = append(urls, e.URL())
+	}
+	g, err := route.NewGuard(urls)
+	c.routes = g
+	return err
+}
+
+// checkRoute looks, once next has returned, at where reverse_proxy sent a
+// request this handler guarded: an upstream that is none of the
+// turnstile's engines is counted, logged once per config, and named in
+// the status. The first requests after a load are all checked, then a
+// sample (route.Sampler), which spares the LLM fast path.
+func (h *Handler) checkRoute(r *http.Request) {
+	if h.sampler.Due() {
+		h.lookAtRoute(r)
+	}
+}
+
+// lookAtRoute is checkRoute for a request that is checked.
+func (h *Handler) lookAtRoute(r *http.Request) {
+	if h.guard == nil {
+		return // a handler made outside a config load, in tests
+	}
+	repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if !ok {
+		return
+	}
+	v, ok := repl.Get(upstreamVar)
+	hostport, _ := v.(string)
+	if !ok || hostport == "" {
+		return // not proxied: answered before, or by another handler
+	}
+	misrouted, first := h.guard.Check(hostport)
+	if !misrouted {
+		return
+	}
+	h.ts.metrics.misrouted.Inc()
+	if first {
+		h.ts.log().Error("a guarded request was proxied to an upstream that is none of the turnstile's engines: the GPU may be shared unseen; proxy to the engine's URL (gpu_turnstile_proxy does)",
+			zap.String("upstream", hostport), zap.Strings("engines", engineSummary(h.ts.cfg())), zap.String("path", r.URL.Path))
+	}
+}
+
+// checkImageRoute is checkRoute for an image route, which this handler
+// guarded only if the turnstile has an engine for it (or serves it as
+// LLM work).
+func (h *Handler) checkImageRoute(r *http.Request) {
+	if c := h.ts.cfg(); h.imageEngine(c, r) != nil || h.imageRouteIsLLM(c, r) {
+		h.checkRoute(r)
+	}
+}
