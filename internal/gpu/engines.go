@@ -1,11 +1,10 @@
 package gpu
 
 import (
-	"net"
-	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/netaddr"
 )
 
 // engineState is what an engine is known to be doing, as the status shows
@@ -188,8 +187,9 @@ func (c *Config) EngineFor(hostport, kind string, llm bool) Engine {
 		all = append(all, e)
 	}
 	if hostport != "" {
+		up := netaddr.UpstreamAddr(hostport)
 		for _, e := range all {
-			if strings.EqualFold(hostPort(e.URL()), hostport) {
+			if a, err := netaddr.EngineAddr(e.URL()); err == nil && a == up {
 				return e
 			}
 		}
@@ -206,21 +206,4 @@ func (c *Config) EngineFor(hostport, kind string, llm bool) Engine {
 		return all[0]
 	}
 	return nil
-}
-
-// hostPort is the host:port of an engine URL, its scheme's port if it
-// names none.
-func hostPort(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return ""
-	}
-	if u.Port() != "" {
-		return u.Host
-	}
-	port := "80"
-	if u.Scheme == "https" {
-		port = "443"
-	}
-	return net.JoinHostPort(u.Hostname(), port)
 }

@@ -1,8 +1,14 @@
+// Package route tells whether the upstream Caddy's reverse_proxy sent a
+// request to is one of a turnstile's engines. A turnstile that empties
+// one server while the traffic goes to another lets the GPU be shared
+// unseen; comparing the two addresses is how that is noticed.
 package route
 
 import (
 	"fmt"
 	"sync"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/netaddr"
 )
 
 // MaxWarnings bounds how many misrouted upstreams a Guard names.
@@ -16,7 +22,7 @@ const maxSeen = 1024
 // remembers the upstreams seen that are none of them. A config that loads
 // gets a new Guard: what an old config got wrong is not carried over.
 type Guard struct {
-	engines []Addr
+	engines []netaddr.Addr
 	// exact are the engines' addresses as reverse_proxy spells them when
 	// given the engine's URL: the common case needs no parsing.
 	exact map[string]bool
@@ -30,12 +36,12 @@ type Guard struct {
 func NewGuard(engineURLs []string) (*Guard, error) {
 	g := &Guard{exact: map[string]bool{}, seen: map[string]bool{}}
 	for _, u := range engineURLs {
-		a, err := EngineAddr(u)
+		a, err := netaddr.EngineAddr(u)
 		if err != nil {
 			return nil, err
 		}
 		g.engines = append(g.engines, a)
-		hp, _ := HostPort(u) // parsed above
+		hp, _ := netaddr.HostPort(u) // parsed above
 		g.exact[hp] = true
 	}
 	return g, nil
@@ -45,7 +51,7 @@ func NewGuard(engineURLs []string) (*Guard, error) {
 // none of the engines; and if so, whether it is the first time this Guard
 // sees it (to be logged then, and only then).
 func (g *Guard) Check(hostport string) (misrouted, first bool) {
-	if g.exact[hostport] || g.isEngine(UpstreamAddr(hostport)) {
+	if g.exact[hostport] || g.isEngine(netaddr.UpstreamAddr(hostport)) {
 		return false, false
 	}
 	g.mu.Lock()
@@ -61,7 +67,7 @@ func (g *Guard) Check(hostport string) (misrouted, first bool) {
 	return true, true
 }
 
-func (g *Guard) isEngine(a Addr) bool {
+func (g *Guard) isEngine(a netaddr.Addr) bool {
 	for _, e := range g.engines {
 		if e == a {
 			return true

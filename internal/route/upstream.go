@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/netaddr"
 )
 
 // Upstream is the reverse_proxy upstream of an engine's URL: its scheme
@@ -15,7 +17,7 @@ func Upstream(rawURL string) (string, error) {
 	if err != nil {
 		return "", errors.New("does not parse as a URL")
 	}
-	if _, _, err := hostPort(rawURL); err != nil {
+	if _, err := netaddr.HostPort(rawURL); err != nil {
 		return "", errors.New("is not http(s)://host[:port]")
 	}
 	var what string

@@ -1,12 +1,8 @@
-// Package route tells whether the upstream Caddy's reverse_proxy sent a
-// request to is one of a turnstile's engines. A turnstile that empties
-// one server while the traffic goes to another lets the GPU be shared
-// unseen; comparing the two addresses is how that is noticed.
-//
-// Addresses are compared as host:port with no DNS lookup: host names
+// Package netaddr compares an engine's URL with the upstream Caddy's
+// reverse_proxy dialled, as host:port with no DNS lookup: host names
 // case-insensitively, the loopback names (localhost, 127.0.0.1, ::1) as
 // one, and a URL's missing port filled in from its scheme.
-package route
+package netaddr
 
 import (
 	"fmt"
