@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/dustin/go-humanize"
 	"go.uber.org/zap"
@@ -154,15 +155,17 @@ type waitTicket struct {
 // admitWait prepares a request to wait for the GPU: it takes a place among
 // the waiting requests (max_waiting) and reads up to bodyLimit bytes of
 // the body into memory, reserving each part from the budget before reading
-// it. If a limit is reached it returns an *overloadError and holds nothing;
-// a body that cannot be read gives the error to answer with.
-func (ts *turnstile) admitWait(r *http.Request, c *config, bodyLimit int64) (*waitTicket, error) {
+// it, by deadline (the end of the request's wait). If a limit is reached
+// it returns an *overloadError and holds nothing; past the deadline,
+// admit.ErrLate (the read cut, nothing held); a body that cannot be read
+// gives the error to answer with.
+func (ts *turnstile) admitWait(w http.ResponseWriter, r *http.Request, c *config, bodyLimit int64, deadline time.Time) (*waitTicket, error) {
 	b := &ts.budget
 	if !b.enter(c.MaxWaiting) {
 		return nil, ts.overload(c, "max_waiting")
 	}
 	t := &waitTicket{ts: ts, waiting: true}
-	body, err := ts.readForWait(r, c, min(bodyLimit, c.waitBufferLimit))
+	body, err := ts.readBy(w, r, c, min(bodyLimit, c.waitBufferLimit), deadline)
 	if err != nil {
 		t.stopWaiting()
 		return nil, err

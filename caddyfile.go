@@ -41,6 +41,7 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9_.-]*$`)
 //		llm_busy_status       400-599
 //		busy_retry_after      DURATION | auto [MAX]
 //		llm_wait_timeout      DURATION
+//		image_wait_timeout    DURATION
 //		unload_timeout        DURATION
 //		job_timeout           DURATION
 //		interrupt_grace       DURATION
