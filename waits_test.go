@@ -226,3 +226,57 @@ func TestImageWaitTimeoutSettings(t *testing.T) {
 		t.Fatalf("default image_wait_timeout %v (%v), want 30m", c.imageWait, err)
 	}
 }
+
+// TestTrickledBodyOverHTTP2: over HTTP/2 (h2c) too, a body trickled
+// during a hold is answered busy at llm_wait_timeout while it still
+// trickles (the stream's read is cut), and nothing reaches Ollama.
+func TestTrickledBodyOverHTTP2(t *testing.T) {
+	h := newHarness(t, harnessOptions{settings: "llm_wait_timeout 500ms", edit: func(cf string) string {
+		return strings.Replace(cf, "auto_https off\n", "auto_https off\n\tservers {\n\t\tprotocols h1 h2c\n\t}\n", 1)
+	}})
+	hold := h.takeHold(t, "test", "1m")
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	client := &http.Client{Transport: &http.Transport{Protocols: &protocols}, Timeout: 20 * time.Second}
+	defer client.CloseIdleConnections()
+	pr, pw := io.Pipe()
+	stop, sender := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sender)
+		defer pw.Close()
+		io.WriteString(pw, `{"model":"llama3.2","messages":[{"role":"user","content":"`)
+		for i := 0; i < 600; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			if _, err := io.WriteString(pw, "a"); err != nil {
+				return
+			}
+		}
+	}()
+	defer func() { close(stop); pr.Close(); <-sender }()
+	req, _ := http.NewRequest(http.MethodPost, h.llm+"/api/chat", pr)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("no answer while the body trickled: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 || resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), "waited 500ms") {
+		t.Fatalf("HTTP/%d %d %s, want HTTP/2 503 busy", resp.ProtoMajor, resp.StatusCode, b)
+	}
+	select {
+	case <-sender:
+		t.Fatal("answered only once the body had ended")
+	default:
+	}
+	st := h.waitStatus("the waiter gone", func(st Status) bool { return st.LLMWaiting == 0 })
+	if st.WaitBuffer.Bytes != 0 || h.ollama.Requests() != 0 {
+		t.Fatalf("after the answer: %d body bytes held, %d requests reached Ollama", st.WaitBuffer.Bytes, h.ollama.Requests())
+	}
+	h.releaseHold(t, hold)
+	h.waitIdle()
+}
