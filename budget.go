@@ -13,6 +13,7 @@ import (
 	"github.com/dustin/go-humanize"
 	"go.uber.org/zap"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/admit"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 )
 
@@ -214,7 +215,8 @@ func (ts *turnstile) overload(c *config, option string) *overloadError {
 // (llm_busy_status), an image job (image, nil for LLM) in its engine's
 // error shape with 503.
 // Any other error (an unreadable body) is returned for Caddy to answer.
-func (ts *turnstile) refuseWait(w http.ResponseWriter, r *http.Request, c *config, err error, image gpu.ImageEngine) error {
+// The dropped rest of the body is read by deadline too.
+func (ts *turnstile) refuseWait(w http.ResponseWriter, r *http.Request, c *config, err error, image gpu.ImageEngine, deadline time.Time) error {
 	var o *overloadError
 	if !errors.As(err, &o) {
 		return err
@@ -233,7 +235,10 @@ func (ts *turnstile) refuseWait(w http.ResponseWriter, r *http.Request, c *confi
 			w.Header().Set("Connection", "close")
 		}
 	} else if r.Body != nil {
-		io.CopyN(io.Discard, r.Body, discardLimit)
+		drain := func() error { _, err := io.CopyN(io.Discard, r.Body, discardLimit); return err }
+		if admit.Read(deadline, drain, admit.Cutter(w)) == admit.ErrLate {
+			admit.CloseAfter(w, r) // the rest is not read
+		}
 	}
 	retry := retryAfterSeconds(ts.retryAfter(c))
 	var msg string

@@ -40,7 +40,7 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 		return ts.imageWaitedTooLong(w, r, c, e)
 	}
 	if err != nil {
-		return ts.refuseWait(w, r, c, err, e)
+		return ts.refuseWait(w, r, c, err, e, deadline)
 	}
 	defer ticket.done()
 	start := time.Now()

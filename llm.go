@@ -65,7 +65,7 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 		return ts.waitedTooLong(w, r, c)
 	}
 	if err != nil {
-		return ts.refuseWait(w, r, c, err, nil)
+		return ts.refuseWait(w, r, c, err, nil, deadline)
 	}
 	defer ticket.done()
 	start := time.Now()

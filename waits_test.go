@@ -280,3 +280,27 @@ func TestTrickledBodyOverHTTP2(t *testing.T) {
 	h.releaseHold(t, hold)
 	h.waitIdle()
 }
+
+// TestTrickledRefusedBodyIsDrainedUntilTheWaitTimeout: a request turned
+// away by max_waiting has the rest of its body read and dropped before the
+// busy answer, but no longer than its wait would have lasted: a trickled
+// body is answered at llm_wait_timeout, on a connection then closed.
+func TestTrickledRefusedBodyIsDrainedUntilTheWaitTimeout(t *testing.T) {
+	h := newHarness(t, harnessOptions{settings: "max_waiting 1\nllm_wait_timeout 1s"})
+	hold := h.takeHold(t, "test", "1m")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	waiting := h.postAsync(ctx, h.llm+"/api/chat", chatBody("llama3.2", false))
+	h.waitStatus("one chat waiting", func(st Status) bool { return st.LLMWaiting == 1 })
+	r := trickle(t, h.llm, "/api/chat", `{"model":"llama3.2","messages":[{"role":"user","content":"`)
+	if !r.answered || r.status != http.StatusServiceUnavailable || !strings.Contains(r.body, "max_waiting") {
+		t.Fatalf("answered %v: %d %s, want 503 naming max_waiting", r.answered, r.status, r.body)
+	}
+	if !r.sending || !r.closeAsked || !r.closed {
+		t.Fatalf("still sending %v, Connection: close %v, closed %v; want the answer while the body trickles, then the connection closed", r.sending, r.closeAsked, r.closed)
+	}
+	cancel()
+	<-waiting
+	h.releaseHold(t, hold)
+	h.waitIdle()
+}
