@@ -53,7 +53,7 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 		case errors.Is(err, gpu.ErrNoEngine):
 			return writeImageError(w, e, http.StatusServiceUnavailable,
 				fmt.Sprintf("gpu_turnstile: %v; a config reload removed the engine while the job waited", err))
-		case r.Context().Err() == nil:
+		case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
 			return ts.imageWaitedTooLong(w, r, c, e)
 		}
 		return clientGone("after waiting %v for the GPU", time.Since(start).Round(time.Millisecond))
