@@ -23,7 +23,7 @@ func init() {
 //	GET    /gpu_turnstile/status            every turnstile's status
 //	GET    /gpu_turnstile/history[?turnstile=NAME]
 //	GET    /gpu_turnstile/holds             active holds
-//	POST   /gpu_turnstile/holds             {"turnstile","owner","ttl","wait"} -> 201 once held
+//	POST   /gpu_turnstile/holds             {"turnstile","owner","ttl","wait","wait_timeout"} -> 201 once held
 //	POST   /gpu_turnstile/holds/{id}/renew  [{"ttl"}]
 //	DELETE /gpu_turnstile/holds/{id}
 //	DELETE /gpu_turnstile/job[?turnstile=NAME]  cancel the running image job -> 200 once stopped
@@ -128,6 +128,12 @@ func adminTurnstile(name string) (*turnstile, error) {
 // parseTTL reads a ttl given as a duration string ("2m") or a number of
 // seconds.
 func parseTTL(raw json.RawMessage, def time.Duration) (time.Duration, error) {
+	return parseSpan("ttl", raw, def)
+}
+
+// parseSpan reads the body field named field, a duration string ("2m") or
+// a number of seconds, within (0, 24h]; def if absent.
+func parseSpan(field string, raw json.RawMessage, def time.Duration) (time.Duration, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return def, nil
 	}
@@ -140,14 +146,14 @@ func parseTTL(raw json.RawMessage, def time.Duration) (time.Duration, error) {
 	case json.Unmarshal(raw, &s) == nil:
 		d, err := caddy.ParseDuration(s)
 		if err != nil {
-			return 0, apiError(http.StatusBadRequest, "ttl: %v", err)
+			return 0, apiError(http.StatusBadRequest, "%s: %v", field, err)
 		}
 		ttl = d
 	default:
-		return 0, apiError(http.StatusBadRequest, "ttl: want a duration such as \"2m\" or seconds, got %s", raw)
+		return 0, apiError(http.StatusBadRequest, "%s: want a duration such as \"2m\" or seconds, got %s", field, raw)
 	}
 	if ttl <= 0 || ttl > maxHoldTTL {
-		return 0, apiError(http.StatusBadRequest, "ttl: %v is outside (0, %v]", ttl, maxHoldTTL)
+		return 0, apiError(http.StatusBadRequest, "%s: %v is outside (0, %v]", field, ttl, maxHoldTTL)
 	}
 	return ttl, nil
 }

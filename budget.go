@@ -7,10 +7,12 @@ import (
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/dustin/go-humanize"
 	"go.uber.org/zap"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/admit"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 )
@@ -154,15 +156,17 @@ type waitTicket struct {
 // admitWait prepares a request to wait for the GPU: it takes a place among
 // the waiting requests (max_waiting) and reads up to bodyLimit bytes of
 // the body into memory, reserving each part from the budget before reading
-// it. If a limit is reached it returns an *overloadError and holds nothing;
-// a body that cannot be read gives the error to answer with.
-func (ts *turnstile) admitWait(r *http.Request, c *config, bodyLimit int64) (*waitTicket, error) {
+// it, by deadline (the end of the request's wait). If a limit is reached
+// it returns an *overloadError and holds nothing; past the deadline,
+// admit.ErrLate (the read cut, nothing held); a body that cannot be read
+// gives the error to answer with.
+func (ts *turnstile) admitWait(w http.ResponseWriter, r *http.Request, c *config, bodyLimit int64, deadline time.Time) (*waitTicket, error) {
 	b := &ts.budget
 	if !b.enter(c.MaxWaiting) {
 		return nil, ts.overload(c, "max_waiting")
 	}
 	t := &waitTicket{ts: ts, waiting: true}
-	body, err := ts.readForWait(r, c, min(bodyLimit, c.waitBufferLimit))
+	body, err := ts.readBy(w, r, c, min(bodyLimit, c.waitBufferLimit), deadline)
 	if err != nil {
 		t.stopWaiting()
 		return nil, err
@@ -211,7 +215,8 @@ func (ts *turnstile) overload(c *config, option string) *overloadError {
 // (llm_busy_status), an image job (image, nil for LLM) in its engine's
 // error shape with 503.
 // Any other error (an unreadable body) is returned for Caddy to answer.
-func (ts *turnstile) refuseWait(w http.ResponseWriter, r *http.Request, c *config, err error, image gpu.ImageEngine) error {
+// The dropped rest of the body is read by deadline too.
+func (ts *turnstile) refuseWait(w http.ResponseWriter, r *http.Request, c *config, err error, image gpu.ImageEngine, deadline time.Time) error {
 	var o *overloadError
 	if !errors.As(err, &o) {
 		return err
@@ -230,7 +235,10 @@ func (ts *turnstile) refuseWait(w http.ResponseWriter, r *http.Request, c *confi
 			w.Header().Set("Connection", "close")
 		}
 	} else if r.Body != nil {
-		io.CopyN(io.Discard, r.Body, discardLimit)
+		drain := func() error { _, err := io.CopyN(io.Discard, r.Body, discardLimit); return err }
+		if admit.Read(deadline, drain, admit.Cutter(w)) == admit.ErrLate {
+			admit.CloseAfter(w, r) // the rest is not read
+		}
 	}
 	retry := retryAfterSeconds(ts.retryAfter(c))
 	var msg string

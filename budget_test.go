@@ -353,7 +353,7 @@ func TestWaitBodyReadsBackAndGivesBack(t *testing.T) {
 			ts, _ := bareTurnstile(t, Settings{})
 			body := bytes.Repeat([]byte("0123456789abcdef"), tc.size/16+1)[:tc.size]
 			r := bodyRequest(body, tc.chunked)
-			ticket, err := ts.admitWait(r, ts.cfg(), 32<<10)
+			ticket, err := ts.admitWait(httptest.NewRecorder(), r, ts.cfg(), 32<<10, time.Now().Add(time.Minute))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -384,7 +384,7 @@ func TestOverloadWarnsOncePerBurst(t *testing.T) {
 	burst := func() []*waitTicket {
 		var admitted []*waitTicket
 		for range 5 {
-			ticket, err := ts.admitWait(bodyRequest(body, false), ts.cfg(), waitBodyLimit)
+			ticket, err := ts.admitWait(httptest.NewRecorder(), bodyRequest(body, false), ts.cfg(), waitBodyLimit, time.Now().Add(time.Minute))
 			if err == nil {
 				admitted = append(admitted, ticket)
 			}
@@ -399,11 +399,11 @@ func TestOverloadWarnsOncePerBurst(t *testing.T) {
 		t.Fatalf("%d warnings for a burst of 2 refusals, want 1", n)
 	}
 	first[0].done() // 8 KiB of 12 held: not below half, still quiet
-	again, err := ts.admitWait(bodyRequest(body, false), ts.cfg(), waitBodyLimit)
+	again, err := ts.admitWait(httptest.NewRecorder(), bodyRequest(body, false), ts.cfg(), waitBodyLimit, time.Now().Add(time.Minute))
 	if err != nil {
 		t.Fatal(err) // fits again
 	}
-	if _, err := ts.admitWait(bodyRequest(body, false), ts.cfg(), waitBodyLimit); err == nil {
+	if _, err := ts.admitWait(httptest.NewRecorder(), bodyRequest(body, false), ts.cfg(), waitBodyLimit, time.Now().Add(time.Minute)); err == nil {
 		t.Fatal("a fourth 4 KiB body fit in 12 KiB")
 	}
 	if n := logs.Len(); n != 1 {

@@ -48,6 +48,7 @@ const nameRule = "want letters, digits, '_', '-' and '.' (not first)"
 //		llm_busy_status       400-599
 //		busy_retry_after      DURATION | auto [MAX]
 //		llm_wait_timeout      DURATION
+//		image_wait_timeout    DURATION
 //		unload_timeout        DURATION
 //		job_timeout           DURATION
 //		interrupt_grace       DURATION

@@ -33,6 +33,7 @@ func parseSetting(d *caddyfile.Dispenser, s *Settings) error {
 func durationSettings(s *Settings) map[string]*caddy.Duration {
 	return map[string]*caddy.Duration{
 		"llm_wait_timeout":       &s.LLMWaitTimeout,
+		"image_wait_timeout":     &s.ImageWaitTimeout,
 		"unload_timeout":         &s.UnloadTimeout,
 		"job_timeout":            &s.JobTimeout,
 		"interrupt_grace":        &s.InterruptGrace,

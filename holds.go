@@ -1,16 +1,19 @@
 package turnstile
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/admit"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 )
 
@@ -22,7 +25,7 @@ func init() {
 // where it is mounted (with handle_path, so that the prefix is stripped):
 //
 //	GET    /holds             this turnstile's holds
-//	POST   /holds             {"owner","ttl","wait"} -> 201 once held
+//	POST   /holds             {"owner","ttl","wait","wait_timeout"} -> 201 once held
 //	POST   /holds/{id}/renew  [{"ttl"}]
 //	DELETE /holds/{id}
 //
@@ -93,7 +96,7 @@ func (h *HoldsHandler) turnstileName() string { return h.Turnstile }
 // holdRoutes serve the hold routes, below the path where they are mounted:
 //
 //	GET    /holds             active holds
-//	POST   /holds             {"turnstile","owner","ttl","wait"} -> 201 once held
+//	POST   /holds             {"turnstile","owner","ttl","wait","wait_timeout"} -> 201 once held
 //	POST   /holds/{id}/renew  [{"ttl"}]
 //	DELETE /holds/{id}
 //
@@ -199,6 +202,9 @@ func (hr holdRoutes) create(w http.ResponseWriter, r *http.Request) error {
 		TTL       json.RawMessage `json:"ttl"`
 		// Wait false: answer 409 at once if the GPU cannot be held now.
 		Wait *bool `json:"wait"`
+		// How long to wait for the GPU, from the request's arrival;
+		// default image_wait_timeout. Past it: 503, nothing held.
+		WaitTimeout json.RawMessage `json:"wait_timeout"`
 	}
 	// The body is read to its end before waiting: only then does the
 	// server notice a client that goes away (and cancel the wait).
@@ -226,11 +232,17 @@ func (hr holdRoutes) create(w http.ResponseWriter, r *http.Request) error {
 	if len(owner) > 200 {
 		return apiError(http.StatusBadRequest, "owner: longer than 200 bytes")
 	}
+	wait, err := parseSpan("wait_timeout", req.WaitTimeout, ts.cfg().imageWait)
+	if err != nil {
+		return err
+	}
 	var h *gpu.Hold
+	ctx, cancel := context.WithDeadline(r.Context(), admit.Arrival(r).Add(wait))
+	defer cancel()
 	if req.Wait != nil && !*req.Wait {
 		h, err = ts.TryHold(r.Context(), owner, ttl)
 	} else {
-		h, err = ts.TakeHold(gpu.WithWaiter(r.Context(), gpu.Waiter{Path: r.URL.Path}), owner, ttl)
+		h, err = ts.TakeHold(gpu.WithWaiter(ctx, gpu.Waiter{Path: r.URL.Path}), owner, ttl)
 	}
 	switch {
 	case err == nil:
@@ -242,6 +254,9 @@ func (hr holdRoutes) create(w http.ResponseWriter, r *http.Request) error {
 		})
 	case r.Context().Err() != nil:
 		return nil // the client went away; nothing is held
+	case ctx.Err() != nil:
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(ts.retryAfter(ts.cfg()))))
+		return apiError(http.StatusServiceUnavailable, "waited %v (wait_timeout) for the GPU, busy (%s); no hold was taken", wait, ts.lock.State())
 	case errors.Is(err, gpu.ErrHoldPrepare):
 		return apiError(http.StatusServiceUnavailable, "%v", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/admit"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy"
@@ -33,18 +34,27 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 	if e == nil {
 		return h.serveWithoutEngine(w, r, next, c)
 	}
-	ticket, err := ts.admitWait(r, c, imageBodyLimit)
+	deadline := admit.Arrival(r).Add(c.imageWait)
+	ticket, err := ts.admitWait(w, r, c, imageBodyLimit, deadline)
+	if errors.Is(err, admit.ErrLate) {
+		return ts.imageWaitedTooLong(w, r, c, e)
+	}
 	if err != nil {
-		return ts.refuseWait(w, r, c, err, e)
+		return ts.refuseWait(w, r, c, err, e, deadline)
 	}
 	defer ticket.done()
 	start := time.Now()
-	job, err := ts.BeginImage(gpu.WithWaiter(r.Context(), waiterOf(r, ticket, false)), e.Name())
+	ctx, cancel := context.WithDeadline(gpu.WithWaiter(r.Context(), waiterOf(r, ticket, false)), deadline)
+	job, err := ts.BeginImage(ctx, e.Name())
+	cancel()
 	ticket.stopWaiting()
 	if err != nil {
-		if errors.Is(err, gpu.ErrNoEngine) {
+		switch {
+		case errors.Is(err, gpu.ErrNoEngine):
 			return writeImageError(w, e, httpapi.Error{Status: http.StatusServiceUnavailable, Code: "gpu_busy",
 				Message: fmt.Sprintf("gpu_turnstile: %v; a config reload removed the engine while the job waited", err)})
+		case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
+			return ts.imageWaitedTooLong(w, r, c, e)
 		}
 		return clientGone("after waiting %v for the GPU", time.Since(start).Round(time.Millisecond))
 	}
@@ -70,6 +80,21 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 		return ts.serveSyncJob(w, r, next, c, job)
 	}
 	return ts.serveQueuedJob(w, r, next, c, job)
+}
+
+// imageWaitedTooLong answers an image job whose wait, its body's reading
+// included, reached image_wait_timeout: 503 in the engine's error shape
+// with Retry-After, on a connection that then closes. Nothing was sent to
+// the engine.
+func (ts *turnstile) imageWaitedTooLong(w http.ResponseWriter, r *http.Request, c *config, e gpu.ImageEngine) error {
+	ts.metrics.busyTimeout.Inc()
+	ts.log().Warn("image job waited image_wait_timeout for the GPU; answered busy",
+		zap.Duration("image_wait_timeout", c.imageWait), zap.String("engine", e.Name()), zap.String("path", r.URL.Path))
+	retry := retryAfterSeconds(ts.retryAfter(c))
+	admit.CloseAfter(w, r)
+	return writeImageError(w, e, httpapi.Error{Status: http.StatusServiceUnavailable, Code: "gpu_busy", RetryAfter: retry,
+		Message: fmt.Sprintf("gpu_turnstile: waited %v (image_wait_timeout) for the GPU, busy (%s); nothing was sent to %s; retry after %ds",
+			c.imageWait, ts.lock.State(), e.Name(), retry)})
 }
 
 // serveQueuedJob forwards a job to an engine that queues it (ComfyUI)

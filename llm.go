@@ -2,6 +2,7 @@ package turnstile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/admit"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 )
@@ -53,13 +55,19 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 		}
 		wait = c.gpu.ProbeTimeout
 	}
-	ticket, err := ts.admitWait(r, c, waitBodyLimit)
+	// The wait counts from the request's arrival: a body that trickles
+	// in is waited for within it, not before it.
+	deadline := admit.Arrival(r).Add(wait)
+	ticket, err := ts.admitWait(w, r, c, waitBodyLimit, deadline)
+	if errors.Is(err, admit.ErrLate) {
+		return ts.waitedTooLong(w, r, c)
+	}
 	if err != nil {
-		return ts.refuseWait(w, r, c, err, nil)
+		return ts.refuseWait(w, r, c, err, nil, deadline)
 	}
 	defer ticket.done()
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(gpu.WithWaiter(r.Context(), waiterOf(r, ticket, true)), wait)
+	ctx, cancel := context.WithDeadline(gpu.WithWaiter(r.Context(), waiterOf(r, ticket, true)), deadline)
 	err = ts.AcquireShared(ctx)
 	cancel()
 	ticket.stopWaiting()
@@ -68,10 +76,7 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 		if r.Context().Err() != nil {
 			return clientGone("after waiting %v for the GPU", waited.Round(time.Millisecond))
 		}
-		ts.metrics.busyTimeout.Inc()
-		ts.log().Warn("LLM request waited llm_wait_timeout for the GPU; answered busy",
-			zap.Duration("llm_wait_timeout", c.llmWait), zap.String("path", r.URL.Path))
-		return ts.writeBusy(w, r, c, "timeout")
+		return ts.waitedTooLong(w, r, c)
 	}
 	ts.metrics.waitLLM.Observe(waited.Seconds())
 	return ts.proxyLLM(w, r, next)
@@ -106,6 +111,17 @@ func (h *Handler) serveDuringJob(w http.ResponseWriter, r *http.Request, next ca
 	msg := "gpu_turnstile: this LLM request comes from within a running image job and would wait for that job to end, which waits for it: refused (during_job reject)"
 	httpapi.Write(w, httpapi.ShapeOf(cleanPath(r), ""), httpapi.Error{Status: http.StatusConflict, Code: "gpu_deadlock", Message: msg})
 	return nil
+}
+
+// waitedTooLong answers an LLM request whose wait, its body's reading
+// included, reached llm_wait_timeout, on a connection that then closes:
+// a body cut short leaves the rest of it unread.
+func (ts *turnstile) waitedTooLong(w http.ResponseWriter, r *http.Request, c *config) error {
+	ts.metrics.busyTimeout.Inc()
+	ts.log().Warn("LLM request waited llm_wait_timeout for the GPU; answered busy",
+		zap.Duration("llm_wait_timeout", c.llmWait), zap.String("path", r.URL.Path))
+	admit.CloseAfter(w, r)
+	return ts.writeBusy(w, r, c, "timeout")
 }
 
 // writeBusy answers an LLM request that cannot have the GPU now, in the

@@ -57,8 +57,16 @@ type Settings struct {
 	BusyRetryAfterAuto bool `json:"busy_retry_after_auto,omitempty"`
 
 	// The longest an LLM request waits for the GPU in wait mode before a
-	// busy answer. Default 10m.
+	// busy answer, counted from its arrival: the reading of its body is
+	// part of the wait. Default 10m.
 	LLMWaitTimeout caddy.Duration `json:"llm_wait_timeout,omitempty"`
+
+	// The longest an image job (a ComfyUI prompt, an A1111 request)
+	// waits for the GPU, counted from its arrival with its body's; past
+	// it the job is answered 503 in the engine's error shape, with
+	// Retry-After, and nothing reaches the engine. It is also the default
+	// "wait_timeout" of a hold request. Default 30m.
+	ImageWaitTimeout caddy.Duration `json:"image_wait_timeout,omitempty"`
 
 	// How long the LLM engines may take to empty (all at once) before an
 	// image job or a hold; past it the job is refused with 503. It bounds
@@ -167,6 +175,7 @@ const (
 	defaultBusyStatus         = 503
 	defaultBusyRetryAfter     = 30 * time.Second
 	defaultLLMWaitTimeout     = 10 * time.Minute
+	defaultImageWaitTimeout   = 30 * time.Minute
 	defaultUnloadTimeout      = 60 * time.Second
 	defaultJobTimeout         = 15 * time.Minute
 	defaultFreeTimeout        = 30 * time.Second
@@ -193,6 +202,7 @@ type config struct {
 	busyStatus   int
 	retryAfter   time.Duration
 	llmWait      time.Duration
+	imageWait    time.Duration
 	captureLimit int64
 
 	waitBufferLimit int64
@@ -263,6 +273,7 @@ func validateDurations(s Settings, c *config) error {
 	}{
 		{"busy_retry_after", s.BusyRetryAfter, defaultRetryAfter(s), &c.retryAfter},
 		{"llm_wait_timeout", s.LLMWaitTimeout, defaultLLMWaitTimeout, &c.llmWait},
+		{"image_wait_timeout", s.ImageWaitTimeout, defaultImageWaitTimeout, &c.imageWait},
 		{"unload_timeout", s.UnloadTimeout, defaultUnloadTimeout, &c.gpu.UnloadTimeout},
 		{"job_timeout", s.JobTimeout, defaultJobTimeout, &c.gpu.JobTimeout},
 		{"free_timeout", s.FreeTimeout, defaultFreeTimeout, &c.gpu.FreeTimeout},

@@ -6,8 +6,11 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/admit"
 )
 
 // readForWait reads up to limit bytes of r's body into memory and puts a
@@ -44,6 +47,25 @@ func (ts *turnstile) readForWait(r *http.Request, c *config, limit int64) (*wait
 	}
 	r.Body = wb
 	return wb, nil
+}
+
+// readBy is readForWait bounded by deadline: the body is read in a
+// goroutine of its own, and at the deadline the read is cut (admit.Read),
+// what it reserved given back, and admit.ErrLate returned.
+func (ts *turnstile) readBy(w http.ResponseWriter, r *http.Request, c *config, limit int64, deadline time.Time) (*waitBody, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	var wb *waitBody
+	err := admit.Read(deadline, func() (err error) {
+		wb, err = ts.readForWait(r, c, limit)
+		return err
+	}, admit.Cutter(w))
+	if errors.Is(err, admit.ErrLate) && wb != nil {
+		wb.release() // read in full, but too late
+		wb = nil
+	}
+	return wb, err
 }
 
 var errBudget = &overloadError{option: "wait_buffer_limit"}

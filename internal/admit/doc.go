@@ -1,0 +1,14 @@
+// Package admit bounds what a request does before it has the GPU. One
+// deadline, counted from the request's arrival (Caddy's start time),
+// covers both the reading of its body into memory and its wait in the
+// queue: a client that trickles its body is answered at the deadline like
+// one whose body came at once.
+//
+// The body is read in a goroutine of its own so that the deadline can be
+// kept while a read blocks. Caddy pushes the connection's read deadline
+// forward on every read (read_body_idle), so no server timeout stops a
+// body that arrives a byte at a time; at the deadline the read is cut
+// with a read deadline set through http.ResponseController, and the
+// answer asks the client to close the connection, whose body's rest is
+// never read.
+package admit
