@@ -169,9 +169,10 @@ func routesOf(c *config, name string) (engineRoutes, bool) {
 	return engineRoutes{}, false
 }
 
-// restrict (for a kind, not the zero value) makes passthrough what is not work for an engine of e's kind:
-// LLM routes on an image engine, another kind's image jobs. llama-swap
-// serves A1111's routes itself (stable-diffusion.cpp): LLM work there.
+// restrict makes passthrough what is no work for an engine of e's kind
+// (not the zero value): LLM routes on an image engine, another kind's
+// image jobs. llama-swap serves A1111's routes itself
+// (stable-diffusion.cpp): LLM work there.
 func (e engineRoutes) restrict(c class, r *http.Request) class {
 	switch c {
 	case classLLM:

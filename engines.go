@@ -211,19 +211,6 @@ func (s *Settings) hasImageEngine(name string) bool {
 	return false
 }
 
-// engineNames lists a config's engines by name, for messages.
-func engineNames(c *config) string {
-	var names []string
-	for _, e := range c.gpu.LLMs {
-		names = append(names, e.Name())
-	}
-	for _, e := range c.gpu.Images {
-		names = append(names, e.Name())
-	}
-	sort.Strings(names)
-	return strings.Join(names, ", ")
-}
-
 // engineNamed finds the engine named name in the settings, with the
 // option that defines it (as the Caddyfile spells it: `ollama`, `llm
 // vllm`...) and its class.

@@ -275,7 +275,7 @@ func (h *Handler) provisionEngine(c *config) error {
 		}
 		r, ok := routesOf(c, h.Engine)
 		if !ok {
-			return fmt.Errorf("gpu_turnstile: engine %q: turnstile %q has no engine of that name (engines: %s)", h.Engine, h.ts.name, engineNames(c))
+			return fmt.Errorf("gpu_turnstile: engine %q: turnstile %q has no engine of that name (engines: %s)", h.Engine, h.ts.name, c.engineNameList())
 		}
 		h.routes = r
 		return nil
