@@ -38,7 +38,8 @@ type settings struct {
 	Name    string   `json:"name,omitempty"`
 	Items   []item   `json:"items,omitempty"`
 	Skipped string   `json:"-"`
-	hidden  string
+	//lint:ignore U1000 an unexported field, which the decoder must not fill
+	hidden string
 	inner
 }
 
