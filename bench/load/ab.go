@@ -49,6 +49,26 @@ type abResult struct {
 
 func (r abResult) rps() float64 { return float64(r.n) / r.elapsed.Seconds() }
 
+// add folds one round's result into an accumulated one.
+func (r *abResult) add(res abResult) {
+	r.n += res.n
+	r.elapsed += res.elapsed
+	r.latencies = append(r.latencies, res.latencies...)
+}
+
+// abClass is a kind of request the A/B comparison hammers.
+type abClass struct {
+	name, method, path, body string
+}
+
+var abClasses = []abClass{
+	{"LLM (POST /api/chat, lock taken)", "POST", "/api/chat", `{"model":"llama3.2","messages":[],"stream":false}`},
+	{"passthrough (GET /api/tags)", "GET", "/api/tags", ""},
+}
+
+// runAB compares Caddy with the turnstile (A) against plain reverse_proxy
+// (B) on the same fast upstream: throughput and latency per request class,
+// then streaming time to first token.
 func runAB(args []string) error {
 	fs := newFlags("ab")
 	rounds := fs.Int("rounds", 6, "alternating A/B rounds per class")
@@ -60,7 +80,29 @@ func runAB(args []string) error {
 	up := fastUpstream()
 	defer up.Close()
 	admin, pa, pb := freePort(), freePort(), freePort()
-	cfg := fmt.Sprintf(`{`+globalOpts+`
+	if err := loadCaddy(abConfig(admin, pa, pb, up.URL)); err != nil {
+		return err
+	}
+	a, b := localURL(pa), localURL(pb)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxIdleConns: 2048}}
+
+	fmt.Printf("A = Caddy + gpu_turnstile + reverse_proxy, B = Caddy + reverse_proxy; %d clients, %d rounds of %v, alternating\n\n", *conc, *rounds, *dur)
+	for _, class := range abClasses {
+		ra, rb := abRounds(client, a, b, class, *conc, *dur, *rounds)
+		printABClass(class.name, ra, rb)
+	}
+	ta, tb, err := abFirstTokens(client, a, b, *ttftN)
+	if err != nil {
+		return err
+	}
+	printFirstTokens(*ttftN, ta, tb)
+	return nil
+}
+
+// abConfig is the Caddyfile for the comparison: the turnstile's listener
+// on pa, the plain proxy on pb, both in front of upstream.
+func abConfig(admin, pa, pb int, upstream string) string {
+	return fmt.Sprintf(`{`+globalOpts+`
 	gpu_turnstile {
 		ollama %s
 	}
@@ -78,57 +120,51 @@ func runAB(args []string) error {
 		flush_interval -1
 	}
 }
-`, admin, up.URL, pa, up.URL, pb, up.URL)
-	if err := loadCaddy(cfg); err != nil {
-		return err
-	}
-	a := fmt.Sprintf("http://127.0.0.1:%d", pa)
-	b := fmt.Sprintf("http://127.0.0.1:%d", pb)
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxIdleConns: 2048}}
+`, admin, upstream, pa, upstream, pb, upstream)
+}
 
-	fmt.Printf("A = Caddy + gpu_turnstile + reverse_proxy, B = Caddy + reverse_proxy; %d clients, %d rounds of %v, alternating\n\n", *conc, *rounds, *dur)
-	for _, class := range []struct {
-		name, method, path, body string
-	}{
-		{"LLM (POST /api/chat, lock taken)", "POST", "/api/chat", `{"model":"llama3.2","messages":[],"stream":false}`},
-		{"passthrough (GET /api/tags)", "GET", "/api/tags", ""},
-	} {
-		var ra, rb abResult
-		for round := range *rounds {
-			order := []string{a, b}
-			if round%2 == 1 {
-				order = []string{b, a}
-			}
-			for _, target := range order {
-				res := hammer(client, target, class.method, class.path, class.body, *conc, *dur)
-				acc := &ra
-				if target == b {
-					acc = &rb
-				}
-				acc.n += res.n
-				acc.elapsed += res.elapsed
-				acc.latencies = append(acc.latencies, res.latencies...)
-			}
+// abRounds hammers a and b with class for the given rounds, swapping which
+// goes first each round so that neither side always runs warm.
+func abRounds(client *http.Client, a, b string, class abClass, conc int, dur time.Duration, rounds int) (ra, rb abResult) {
+	for round := range rounds {
+		order := []string{a, b}
+		if round%2 == 1 {
+			order = []string{b, a}
 		}
-		sortDurations(ra.latencies)
-		sortDurations(rb.latencies)
-		fmt.Printf("%s\n", class.name)
-		fmt.Printf("  A: %8.0f req/s  p50 %s  p99 %s\n", ra.rps(), ms(percentile(ra.latencies, .5)), ms(percentile(ra.latencies, .99)))
-		fmt.Printf("  B: %8.0f req/s  p50 %s  p99 %s\n", rb.rps(), ms(percentile(rb.latencies, .5)), ms(percentile(rb.latencies, .99)))
-		fmt.Printf("  throughput ratio A/B %.3f, added p99 %s\n\n", ra.rps()/rb.rps(),
-			ms(percentile(ra.latencies, .99)-percentile(rb.latencies, .99)))
+		for _, target := range order {
+			res := hammer(client, target, class.method, class.path, class.body, conc, dur)
+			acc := &ra
+			if target == b {
+				acc = &rb
+			}
+			acc.add(res)
+		}
 	}
+	return ra, rb
+}
 
-	// Time to first token of a stream, A and B interleaved one by one.
-	var ta, tb []time.Duration
-	for i := range *ttftN * 2 {
+// printABClass reports one class: each side's throughput and latency, and
+// what the turnstile costs.
+func printABClass(name string, ra, rb abResult) {
+	sortAll(ra.latencies, rb.latencies)
+	fmt.Printf("%s\n", name)
+	fmt.Printf("  A: %8.0f req/s  p50 %s  p99 %s\n", ra.rps(), ms(percentile(ra.latencies, .5)), ms(percentile(ra.latencies, .99)))
+	fmt.Printf("  B: %8.0f req/s  p50 %s  p99 %s\n", rb.rps(), ms(percentile(rb.latencies, .5)), ms(percentile(rb.latencies, .99)))
+	fmt.Printf("  throughput ratio A/B %.3f, added p99 %s\n\n", ra.rps()/rb.rps(),
+		ms(percentile(ra.latencies, .99)-percentile(rb.latencies, .99)))
+}
+
+// abFirstTokens times the first token of n streams on each side, A and B
+// interleaved one by one.
+func abFirstTokens(client *http.Client, a, b string, n int) (ta, tb []time.Duration, err error) {
+	for i := range n * 2 {
 		target := a
 		if i%2 == 1 {
 			target = b
 		}
 		d, err := firstToken(client, target+"/api/generate")
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		if target == a {
 			ta = append(ta, d)
@@ -136,15 +172,21 @@ func runAB(args []string) error {
 			tb = append(tb, d)
 		}
 	}
-	sortDurations(ta)
-	sortDurations(tb)
-	fmt.Printf("Streaming time to first token (%d each)\n", *ttftN)
+	return ta, tb, nil
+}
+
+// printFirstTokens reports time to first token on each side and the
+// turnstile's addition to the median.
+func printFirstTokens(n int, ta, tb []time.Duration) {
+	sortAll(ta, tb)
+	fmt.Printf("Streaming time to first token (%d each)\n", n)
 	fmt.Printf("  A: p50 %s  p99 %s\n  B: p50 %s  p99 %s\n  added p50 %s\n",
 		ms(percentile(ta, .5)), ms(percentile(ta, .99)), ms(percentile(tb, .5)), ms(percentile(tb, .99)),
 		ms(percentile(ta, .5)-percentile(tb, .5)))
-	return nil
 }
 
+// hammer runs conc clients sending one request after another to base for
+// dur, and collects every answered request's latency.
 func hammer(client *http.Client, base, method, path, body string, conc int, dur time.Duration) abResult {
 	ctx, cancel := context.WithTimeout(context.Background(), dur)
 	defer cancel()
@@ -177,6 +219,7 @@ func hammer(client *http.Client, base, method, path, body string, conc int, dur 
 	return abResult{n: len(all), elapsed: time.Since(start), latencies: all}
 }
 
+// firstToken times a streaming generate request to its first line.
 func firstToken(client *http.Client, url string) (time.Duration, error) {
 	t0 := time.Now()
 	resp, err := client.Post(url, "application/json", strings.NewReader(`{"model":"llama3.2","prompt":"hi"}`))

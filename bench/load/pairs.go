@@ -31,18 +31,22 @@ type fakeEngine struct {
 	busy      string        // the mark of that request running, if not arrive
 }
 
+// The simulated Ollama and ComfyUI, with delays of a tenth of real ones or
+// so; the switch benchmarks subtract the engines' own work.
+var (
+	fakeOllama = ollamatest.Options{LoadDelay: 30 * time.Millisecond, UnloadDelay: 80 * time.Millisecond, Tokens: 3, TokenDelay: 5 * time.Millisecond}
+	fakeComfy  = comfytest.Options{JobDuration: 150 * time.Millisecond, FreeDelay: 40 * time.Millisecond}
+)
+
 // startFake starts a simulated engine of kind, with delays of a tenth of
 // real ones or so; the benchmark subtracts the engines' own work.
 func startFake(gpu *gputest.GPU, kind string) (fakeEngine, error) {
 	chat := func(model string) func() string {
-		return func() string {
-			return fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi"}],"stream":false}`, model)
-		}
+		return func() string { return chatBody(model) }
 	}
-	seed := 0
 	switch kind {
 	case "ollama":
-		s := ollamatest.NewServer(gpu, ollamatest.Options{LoadDelay: 30 * time.Millisecond, UnloadDelay: 80 * time.Millisecond, Tokens: 3, TokenDelay: 5 * time.Millisecond})
+		s := ollamatest.NewServer(gpu, fakeOllama)
 		return fakeEngine{kind: kind, url: s.URL, service: "ollama", close: s.Close, path: "/api/chat", body: chat("llama3.2"), arrive: "request /api/chat", end: "done /api/chat"}, nil
 	case "llamacpp":
 		s := llamacpptest.NewServer(gpu, llamacpptest.Options{LoadDelay: 30 * time.Millisecond, StopDelay: 80 * time.Millisecond, Tokens: 3, TokenDelay: 5 * time.Millisecond})
@@ -54,14 +58,10 @@ func startFake(gpu *gputest.GPU, kind string) (fakeEngine, error) {
 		s := vllmtest.NewServer(gpu, vllmtest.Options{SleepDelay: 80 * time.Millisecond, WakeDelay: 80 * time.Millisecond, Tokens: 3, TokenDelay: 5 * time.Millisecond})
 		return fakeEngine{kind: kind, url: s.URL(), service: "vllm", close: s.Close, path: "/v1/chat/completions", body: chat("Qwen/Qwen3-8B"), arrive: "request /v1/chat/completions", end: "finished /v1/chat/completions"}, nil
 	case "comfyui":
-		s := comfytest.NewServer(gpu, comfytest.Options{JobDuration: 150 * time.Millisecond, FreeDelay: 40 * time.Millisecond})
-		prompt := func() string {
-			seed++ // each prompt has its own seed, or ComfyUI's cache would answer it
-			return fmt.Sprintf(`{"prompt":{"3":{"class_type":"KSampler","inputs":{"seed":%d}},"9":{"class_type":"SaveImage"}}}`, seed)
-		}
+		s := comfytest.NewServer(gpu, fakeComfy)
 		// The job has ended when ComfyUI writes its history entry and
 		// takes it off the queue, ~100 ms after its final message.
-		return fakeEngine{kind: kind, url: s.URL, service: "comfy", close: s.Close, path: "/prompt", body: prompt, arrive: "queued", end: "history "}, nil
+		return fakeEngine{kind: kind, url: s.URL, service: "comfy", close: s.Close, path: "/prompt", body: comfyPrompts(), arrive: "queued", end: "history "}, nil
 	case "a1111":
 		s := a1111test.NewServer(gpu, a1111test.Options{JobDuration: 150 * time.Millisecond, LoadDelay: 40 * time.Millisecond, UnloadDelay: 40 * time.Millisecond})
 		txt2img := func() string { return `{"prompt":"a lighthouse","steps":6}` }
@@ -75,26 +75,72 @@ type pairResult struct {
 	toLLM, toImage, llmWork, imageWork []time.Duration
 }
 
+// pairRig is one engine pair on a simulated GPU behind a turnstile.
+type pairRig struct {
+	gpu                        *gputest.GPU
+	llm, img                   fakeEngine
+	adminURL, llmURL, imageURL string
+}
+
 // runPair measures n switches each way between an LLM engine and an image
 // engine on one turnstile: from the end of one side's work to the other
 // side's request reaching its engine, minus the steps in between (unload,
 // free, wake) as the turnstile timed them.
 func runPair(llmKind, imageKind string, n int) (pairResult, error) {
 	var res pairResult
-	gpu := gputest.New()
-	gpu.ShareAmong("ollama", "llamacpp", "llamaswap", "vllm")
-	llm, err := startFake(gpu, llmKind)
+	rig, stop, err := startPair(llmKind, imageKind)
 	if err != nil {
 		return res, err
 	}
-	defer llm.close()
-	img, err := startFake(gpu, imageKind)
-	if err != nil {
-		return res, err
+	defer stop()
+	waitIdle(rig.adminURL)
+	for range n {
+		overhead, work, err := rig.toLLM()
+		if err != nil {
+			return res, err
+		}
+		res.imageWork = append(res.imageWork, work)
+		res.toLLM = append(res.toLLM, overhead)
+
+		overhead, work, err = rig.toImage()
+		if err != nil {
+			return res, err
+		}
+		res.llmWork = append(res.llmWork, work)
+		res.toImage = append(res.toImage, overhead)
+		waitIdle(rig.adminURL)
 	}
-	defer img.close()
+	return res, nil
+}
+
+// startPair starts the two simulated engines and a Caddy in front of them;
+// stop closes the engines.
+func startPair(llmKind, imageKind string) (rig pairRig, stop func(), err error) {
+	rig.gpu = gputest.New()
+	rig.gpu.ShareAmong("ollama", "llamacpp", "llamaswap", "vllm")
+	if rig.llm, err = startFake(rig.gpu, llmKind); err != nil {
+		return rig, nil, err
+	}
+	if rig.img, err = startFake(rig.gpu, imageKind); err != nil {
+		rig.llm.close()
+		return rig, nil, err
+	}
+	stop = func() { rig.img.close(); rig.llm.close() }
 	admin, pl, pi := freePort(), freePort(), freePort()
-	err = loadCaddy(fmt.Sprintf(`{`+globalOpts+`
+	if err := loadCaddy(pairConfig(admin, pl, pi, rig.llm, rig.img)); err != nil {
+		stop()
+		return rig, nil, err
+	}
+	rig.adminURL = localURL(admin)
+	rig.llmURL, rig.imageURL = localURL(pl)+rig.llm.path, localURL(pi)+rig.img.path
+	return rig, stop, nil
+}
+
+// pairConfig is the Caddyfile for a pair: the LLM engine's listener on pl,
+// the image engine's on pi, one turnstile over both, polling fast enough
+// not to dominate what is measured.
+func pairConfig(admin, pl, pi int, llm, img fakeEngine) string {
+	return fmt.Sprintf(`{`+globalOpts+`
 	gpu_turnstile {
 		llm %s %s
 		image %s %s
@@ -114,62 +160,48 @@ func runPair(llmKind, imageKind string, n int) (pairResult, error) {
 	gpu_turnstile
 	reverse_proxy %s
 }
-`, admin, llmKind, llm.url, imageKind, img.url, pl, llm.url, pi, img.url))
-	if err != nil {
-		return res, err
-	}
-	adminURL := fmt.Sprintf("http://127.0.0.1:%d", admin)
-	llmURL, imageURL := fmt.Sprintf("http://127.0.0.1:%d", pl)+llm.path, fmt.Sprintf("http://127.0.0.1:%d", pi)+img.path
-	waitIdle(adminURL)
-	for range n {
-		// Image -> LLM: a chat arrives during a job and waits.
-		from := len(gpu.Events())
-		done := make(chan error, 1)
-		body := img.body()
-		go func() { _, err := post(imageURL, body); done <- err }()
-		gpu.WaitFor(10*time.Second, func(ev []gputest.Event) bool { return gputest.Index(ev, from, img.service, img.arrive) >= 0 })
-		if _, err := post(llmURL, llm.body()); err != nil {
-			return res, err
-		}
-		if err := <-done; err != nil {
-			return res, err
-		}
-		ev := gpu.Events()
-		end, i := at(ev, from, img.service, img.end)
-		reached, _ := at(ev, i, llm.service, llm.arrive)
-		if end.IsZero() || reached.IsZero() {
-			return res, fmt.Errorf("incomplete timeline:\n%s", gputest.Dump(ev[from:]))
-		}
-		work := steps(adminURL, end, reached, "free", "wake")
-		res.imageWork = append(res.imageWork, work)
-		res.toLLM = append(res.toLLM, reached.Sub(end)-work)
+`, admin, llm.kind, llm.url, img.kind, img.url, pl, llm.url, pi, img.url)
+}
 
-		// LLM -> image: a prompt arrives during a chat and waits.
-		from = len(gpu.Events())
-		go func() { _, err := post(llmURL, llm.body()); done <- err }()
-		busy := llm.arrive
-		if llm.busy != "" {
-			busy = llm.busy // the model may be loaded already
-		}
-		gpu.WaitFor(10*time.Second, func(ev []gputest.Event) bool { return gputest.Index(ev, from, llm.service, busy) >= 0 })
-		if _, err := post(imageURL, img.body()); err != nil {
-			return res, err
-		}
-		if err := <-done; err != nil {
-			return res, err
-		}
-		ev = gpu.Events()
-		chatEnd, i := at(ev, from, llm.service, llm.end)
-		arrived, _ := at(ev, i, img.service, img.arrive)
-		if chatEnd.IsZero() || arrived.IsZero() {
-			return res, fmt.Errorf("incomplete timeline:\n%s", gputest.Dump(ev[from:]))
-		}
-		work = steps(adminURL, chatEnd, arrived, "unload", "free", "prepare")
-		res.llmWork = append(res.llmWork, work)
-		res.toImage = append(res.toImage, arrived.Sub(chatEnd)-work)
-		waitIdle(adminURL)
+// toLLM is the image -> LLM half: a chat arrives during a job and waits.
+// It returns the switch's overhead and the free and wake it excludes.
+func (r pairRig) toLLM() (overhead, work time.Duration, err error) {
+	ev, from, err := switchHalf(r.gpu, r.imageURL, r.img.body(), r.llmURL, r.llm.body(), func(from int) {
+		r.gpu.WaitFor(10*time.Second, func(ev []gputest.Event) bool { return gputest.Index(ev, from, r.img.service, r.img.arrive) >= 0 })
+	})
+	if err != nil {
+		return 0, 0, err
 	}
-	return res, nil
+	end, i := at(ev, from, r.img.service, r.img.end)
+	reached, _ := at(ev, i, r.llm.service, r.llm.arrive)
+	if end.IsZero() || reached.IsZero() {
+		return 0, 0, incomplete(ev, from)
+	}
+	work = steps(r.adminURL, end, reached, "free", "wake")
+	return reached.Sub(end) - work, work, nil
+}
+
+// toImage is the LLM -> image half: a prompt arrives during a chat and
+// waits. It returns the switch's overhead and the unload, free and prepare
+// it excludes.
+func (r pairRig) toImage() (overhead, work time.Duration, err error) {
+	busy := r.llm.arrive
+	if r.llm.busy != "" {
+		busy = r.llm.busy // the model may be loaded already
+	}
+	ev, from, err := switchHalf(r.gpu, r.llmURL, r.llm.body(), r.imageURL, r.img.body(), func(from int) {
+		r.gpu.WaitFor(10*time.Second, func(ev []gputest.Event) bool { return gputest.Index(ev, from, r.llm.service, busy) >= 0 })
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	chatEnd, i := at(ev, from, r.llm.service, r.llm.end)
+	arrived, _ := at(ev, i, r.img.service, r.img.arrive)
+	if chatEnd.IsZero() || arrived.IsZero() {
+		return 0, 0, incomplete(ev, from)
+	}
+	work = steps(r.adminURL, chatEnd, arrived, "unload", "free", "prepare")
+	return arrived.Sub(chatEnd) - work, work, nil
 }
 
 // steps sums the durations of the turnstile's steps of the given kinds
@@ -230,9 +262,7 @@ func runPairs(llms, images []string, n int) error {
 			if err != nil {
 				return fmt.Errorf("%s + %s: %v", l, i, err)
 			}
-			for _, s := range [][]time.Duration{r.toLLM, r.toImage, r.llmWork, r.imageWork} {
-				sortDurations(s)
-			}
+			sortAll(r.toLLM, r.toImage, r.llmWork, r.imageWork)
 			fmt.Printf("%-22s %28s %28s %12s %16s\n", l+" + "+i,
 				ms(percentile(r.toLLM, .5))+" / "+ms(percentile(r.toLLM, .9)),
 				ms(percentile(r.toImage, .5))+" / "+ms(percentile(r.toImage, .9)),
@@ -242,4 +272,5 @@ func runPairs(llms, images []string, n int) error {
 	return nil
 }
 
+// splitKinds splits a comma-separated list of engine kinds.
 func splitKinds(s string) []string { return strings.Split(s, ",") }

@@ -48,6 +48,7 @@ func simulated(gpu *gputest.GPU, oopts ollamatest.Options, copts comfytest.Optio
 	return oll, cmf, fmt.Sprintf("http://127.0.0.1:%d", pl), fmt.Sprintf("http://127.0.0.1:%d", pi), fmt.Sprintf("http://127.0.0.1:%d", admin), err
 }
 
+// post sends body as JSON to url and returns the answer's body.
 func post(url, body string) (string, error) {
 	resp, err := http.Post(url, "application/json", strings.NewReader(body))
 	if err != nil {
@@ -67,6 +68,8 @@ func at(ev []gputest.Event, from int, service, what string) (time.Time, int) {
 	return ev[i].At, i
 }
 
+// runSwitch measures switch latency: Ollama and ComfyUI in detail, or with
+// -llm every pair of the given engines.
 func runSwitch(args []string) error {
 	fs := newFlags("switch")
 	n := fs.Int("n", 20, "switches measured in each direction")
@@ -76,89 +79,101 @@ func runSwitch(args []string) error {
 	if *llms != "" {
 		return runPairs(splitKinds(*llms), splitKinds(*images), *n)
 	}
+	return runOllamaComfySwitch(*n)
+}
+
+// runOllamaComfySwitch measures n switches each way between Ollama and
+// ComfyUI, with the free and the unload timed from the engines' marks.
+func runOllamaComfySwitch(n int) error {
 	gpu := gputest.New()
 	// Default history_poll_interval (1s): the job's end must be seen
 	// through ComfyUI's websocket, not by polling.
-	_, _, llm, image, _, err := simulated(gpu,
-		ollamatest.Options{LoadDelay: 30 * time.Millisecond, UnloadDelay: 80 * time.Millisecond, Tokens: 3, TokenDelay: 5 * time.Millisecond},
-		comfytest.Options{JobDuration: 150 * time.Millisecond, FreeDelay: 40 * time.Millisecond}, "")
+	_, _, llm, image, _, err := simulated(gpu, fakeOllama, fakeComfy, "")
 	if err != nil {
 		return err
 	}
 	time.Sleep(300 * time.Millisecond) // start-up probe and websocket
-	// Each prompt has its own seed, or ComfyUI's cache would answer it.
-	seed := 0
-	prompt := func() string {
-		seed++
-		return fmt.Sprintf(`{"prompt":{"3":{"class_type":"KSampler","inputs":{"seed":%d}},"9":{"class_type":"SaveImage"}}}`, seed)
-	}
-	chat := `{"model":"llama3.2","messages":[{"role":"user","content":"hi"}],"stream":false}`
+	prompt := comfyPrompts()
+	chat := chatBody("llama3.2")
 
 	var toLLM, toImage, unloads, frees []time.Duration
-	for range *n {
-		// Image -> LLM: a chat arrives during a job and waits.
-		from := len(gpu.Events())
-		done := make(chan error, 1)
-		p := prompt()
-		go func() { _, err := post(image+"/prompt", p); done <- err }()
-		time.Sleep(60 * time.Millisecond) // the job is running
-		if _, err := post(llm+"/api/chat", chat); err != nil {
+	for range n {
+		overhead, free, err := comfyToOllama(gpu, llm, image, chat, prompt())
+		if err != nil {
 			return err
 		}
-		if err := <-done; err != nil {
-			return err
-		}
-		ev := gpu.Events()
-		// The job has ended when ComfyUI writes its history entry and
-		// takes it off the queue, ~100 ms after its final message.
-		jobEnd, i := at(ev, from, "comfy", "history ")
-		freeReq, _ := at(ev, i, "comfy", "free requested")
-		freed, _ := at(ev, i, "comfy", "free")
-		for j := i; j < len(ev); j++ { // "free" also matches "free requested"
-			if ev[j].Service == "comfy" && ev[j].What == "free" {
-				freed = ev[j].At
-				break
-			}
-		}
-		reached, _ := at(ev, i, "ollama", "request /api/chat")
-		if jobEnd.IsZero() || reached.IsZero() || freed.IsZero() {
-			return fmt.Errorf("incomplete timeline:\n%s", gputest.Dump(ev[from:]))
-		}
-		frees = append(frees, freed.Sub(freeReq))
-		toLLM = append(toLLM, reached.Sub(jobEnd)-freed.Sub(freeReq))
+		frees = append(frees, free)
+		toLLM = append(toLLM, overhead)
 
-		// LLM -> image: a prompt arrives during a chat and waits.
-		from = len(gpu.Events())
-		go func() { _, err := post(llm+"/api/chat", chat); done <- err }()
-		time.Sleep(10 * time.Millisecond) // the chat is streaming
-		if _, err := post(image+"/prompt", prompt()); err != nil {
+		overhead, unload, err := ollamaToComfy(gpu, llm, image, chat, prompt())
+		if err != nil {
 			return err
 		}
-		if err := <-done; err != nil {
-			return err
-		}
-		ev = gpu.Events()
-		chatEnd, i := at(ev, from, "ollama", "done /api/chat")
-		unloadReq, _ := at(ev, i, "ollama", "unload requested")
-		unloaded, _ := at(ev, i, "ollama", "unload llama3.2")
-		queued, _ := at(ev, i, "comfy", "queued")
-		if chatEnd.IsZero() || queued.IsZero() || unloaded.IsZero() {
-			return fmt.Errorf("incomplete timeline:\n%s", gputest.Dump(ev[from:]))
-		}
-		unloads = append(unloads, unloaded.Sub(unloadReq))
-		toImage = append(toImage, queued.Sub(chatEnd)-unloaded.Sub(unloadReq))
+		unloads = append(unloads, unload)
+		toImage = append(toImage, overhead)
 		// Let the job end and the GPU settle before the next round.
 		for gpu.Users("comfy") > 0 {
 			<-gpu.Changed()
 		}
 	}
-	for _, s := range [][]time.Duration{toLLM, toImage, unloads, frees} {
-		sortDurations(s)
+	printOllamaComfySwitch(n, toLLM, toImage, unloads, frees)
+	return nil
+}
+
+// comfyToOllama is the image -> LLM half: a chat arrives during a job and
+// waits. It returns the switch's overhead without the free, and the free.
+func comfyToOllama(gpu *gputest.GPU, llm, image, chat, prompt string) (overhead, free time.Duration, err error) {
+	ev, from, err := switchHalf(gpu, image+"/prompt", prompt, llm+"/api/chat", chat, func(int) {
+		time.Sleep(60 * time.Millisecond) // the job is running
+	})
+	if err != nil {
+		return 0, 0, err
 	}
-	fmt.Printf("Switch latency over %d switches each way (simulated services; their own times excluded)\n", *n)
+	// The job has ended when ComfyUI writes its history entry and
+	// takes it off the queue, ~100 ms after its final message.
+	jobEnd, i := at(ev, from, "comfy", "history ")
+	freeReq, _ := at(ev, i, "comfy", "free requested")
+	freed, _ := at(ev, i, "comfy", "free")
+	for j := i; j < len(ev); j++ { // "free" also matches "free requested"
+		if ev[j].Service == "comfy" && ev[j].What == "free" {
+			freed = ev[j].At
+			break
+		}
+	}
+	reached, _ := at(ev, i, "ollama", "request /api/chat")
+	if jobEnd.IsZero() || reached.IsZero() || freed.IsZero() {
+		return 0, 0, incomplete(ev, from)
+	}
+	return reached.Sub(jobEnd) - freed.Sub(freeReq), freed.Sub(freeReq), nil
+}
+
+// ollamaToComfy is the LLM -> image half: a prompt arrives during a chat
+// and waits. It returns the switch's overhead without Ollama's unload, and
+// the unload.
+func ollamaToComfy(gpu *gputest.GPU, llm, image, chat, prompt string) (overhead, unload time.Duration, err error) {
+	ev, from, err := switchHalf(gpu, llm+"/api/chat", chat, image+"/prompt", prompt, func(int) {
+		time.Sleep(10 * time.Millisecond) // the chat is streaming
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	chatEnd, i := at(ev, from, "ollama", "done /api/chat")
+	unloadReq, _ := at(ev, i, "ollama", "unload requested")
+	unloaded, _ := at(ev, i, "ollama", "unload llama3.2")
+	queued, _ := at(ev, i, "comfy", "queued")
+	if chatEnd.IsZero() || queued.IsZero() || unloaded.IsZero() {
+		return 0, 0, incomplete(ev, from)
+	}
+	return queued.Sub(chatEnd) - unloaded.Sub(unloadReq), unloaded.Sub(unloadReq), nil
+}
+
+// printOllamaComfySwitch reports both directions' overheads and the
+// engines' own steps they exclude.
+func printOllamaComfySwitch(n int, toLLM, toImage, unloads, frees []time.Duration) {
+	sortAll(toLLM, toImage, unloads, frees)
+	fmt.Printf("Switch latency over %d switches each way (simulated services; their own times excluded)\n", n)
 	fmt.Printf("  job end -> waiting chat reaches Ollama, minus the free: median %s  p90 %s  max %s  (free itself: median %s)\n",
 		ms(percentile(toLLM, .5)), ms(percentile(toLLM, .9)), ms(percentile(toLLM, 1)), ms(percentile(frees, .5)))
 	fmt.Printf("  chat end -> prompt reaches ComfyUI, minus Ollama's unload: median %s  p90 %s  max %s  (unload itself: median %s)\n",
 		ms(percentile(toImage, .5)), ms(percentile(toImage, .9)), ms(percentile(toImage, 1)), ms(percentile(unloads, .5)))
-	return nil
 }
