@@ -192,8 +192,7 @@ func allow(r *http.Request, methods ...string) error {
 			return nil
 		}
 	}
-	return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed,
-		Err: fmt.Errorf("method %s not allowed; use %s", r.Method, strings.Join(methods, " or "))}
+	return apiError(http.StatusMethodNotAllowed, "method %s not allowed; use %s", r.Method, strings.Join(methods, " or "))
 }
 
 func apiError(status int, format string, args ...any) error {
