@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 )
 
 func init() {
@@ -52,6 +54,11 @@ func (a Admin) Routes() []caddy.AdminRoute {
 }
 
 func (a Admin) serve(w http.ResponseWriter, r *http.Request) error {
+	// Caddy's own origin check guards the endpoint; a form's body (not
+	// JSON) never reaches a route.
+	if err := refused(httpapi.RequireJSON(r)); err != nil {
+		return err
+	}
 	rest := strings.Trim(strings.TrimPrefix(r.URL.Path, "/gpu_turnstile/"), "/")
 	parts := strings.Split(rest, "/")
 	switch {
@@ -191,8 +198,7 @@ func allow(r *http.Request, methods ...string) error {
 			return nil
 		}
 	}
-	return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed,
-		Err: fmt.Errorf("method %s not allowed; use %s", r.Method, strings.Join(methods, " or "))}
+	return apiError(http.StatusMethodNotAllowed, "method %s not allowed; use %s", r.Method, strings.Join(methods, " or "))
 }
 
 func apiError(status int, format string, args ...any) error {

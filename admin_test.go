@@ -14,6 +14,9 @@ import (
 
 func (h *harness) do(method, url, body string) result {
 	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := h.client.Do(req)
 	if err != nil {
 		return result{err: err}

@@ -13,6 +13,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 )
 
 func init() {
@@ -223,22 +225,19 @@ func (hd *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 // UnmarshalCaddyfile implements caddyfile.Unmarshaler:
 //
 //	gpu_turnstile_status [NAME] {
-//		turnstile NAME
+//		turnstile       NAME
 //		controls
+//		trusted_origins URL...
 //	}
 func (sh *StatusHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	return unmarshalTurnstileFlags(d, &sh.Turnstile, map[string]*bool{"controls": &sh.Controls})
+	return unmarshalSiteRoute(d, &sh.Turnstile, &sh.TrustedOrigins, map[string]*bool{"controls": &sh.Controls})
 }
 
-// unmarshalTurnstileOnly parses a directive whose only setting is the
-// turnstile it names, given as its argument or as the turnstile option.
-func unmarshalTurnstileOnly(d *caddyfile.Dispenser, name *string) error {
-	return unmarshalTurnstileFlags(d, name, nil)
-}
-
-// unmarshalTurnstileFlags is unmarshalTurnstileOnly with options that take
-// no argument and set a flag.
-func unmarshalTurnstileFlags(d *caddyfile.Dispenser, name *string, flags map[string]*bool) error {
+// unmarshalSiteRoute parses a directive of a site's routes into one
+// turnstile: the turnstile it names (as its argument or as the turnstile
+// option), the origins it trusts (trusted_origins, repeatable), and
+// options that take no argument and set a flag.
+func unmarshalSiteRoute(d *caddyfile.Dispenser, name *string, origins *[]string, flags map[string]*bool) error {
 	d.Next() // the directive's name
 	directive := d.Val()
 	if d.NextArg() {
@@ -252,15 +251,25 @@ func unmarshalTurnstileFlags(d *caddyfile.Dispenser, name *string, flags map[str
 		if err := seen.once(d); err != nil {
 			return err
 		}
-		switch d.Val() {
+		switch opt := d.Val(); opt {
 		case "turnstile":
 			v, err := oneArg(d)
 			if err != nil {
 				return err
 			}
 			*name = v
+		case "trusted_origins":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.Errf("%s: trusted_origins: want one or more origins, such as https://app.example.com", directive)
+			}
+			for _, o := range args {
+				if _, err := httpapi.ParseOrigin(o); err != nil {
+					return d.Errf("%s: trusted_origins: %v", directive, err)
+				}
+			}
+			*origins = append(*origins, args...)
 		default:
-			opt := d.Val()
 			flag, ok := flags[opt]
 			if !ok {
 				return d.Errf("%s: unknown option %q", directive, opt)
@@ -279,7 +288,7 @@ func unmarshalTurnstileFlags(d *caddyfile.Dispenser, name *string, flags map[str
 type optionLines map[string]int
 
 // repeatable are the options that may be given more than once.
-var repeatable = map[string]bool{"llm": true, "image": true, "hold_while": true}
+var repeatable = map[string]bool{"llm": true, "image": true, "hold_while": true, "trusted_origins": true}
 
 func (o optionLines) once(d *caddyfile.Dispenser) error {
 	if repeatable[d.Val()] {

@@ -42,11 +42,14 @@ func cancelJob(w http.ResponseWriter, r *http.Request, ts *turnstile) error {
 
 // serveCancel answers a DELETE to the status handler. Only with controls
 // does it cancel the running job (?view=job), since the status handler
-// usually sits on an open port. A DELETE cannot come from a cross-site
-// form, and a cross-site script's DELETE needs a CORS preflight that this
-// handler never grants (it sets no Access-Control-Allow-* header): another
-// site a browser visits cannot forge the cancel.
+// usually sits on an open port. A page of another site cannot forge the
+// cancel: the cross-origin check refuses it (a DELETE also needs a CORS
+// preflight, which this handler never grants, but the check does not
+// lean on that).
 func (h *StatusHandler) serveCancel(w http.ResponseWriter, r *http.Request) error {
+	if err := refused(h.origin.Guard(r)); err != nil {
+		return writeAPIError(w, err)
+	}
 	if !h.Controls {
 		w.Header().Set("Allow", "GET, HEAD")
 		return writeJSON(w, http.StatusMethodNotAllowed,
@@ -56,7 +59,12 @@ func (h *StatusHandler) serveCancel(w http.ResponseWriter, r *http.Request) erro
 		return writeJSON(w, http.StatusBadRequest,
 			map[string]string{"error": "gpu_turnstile: DELETE cancels the running image job: use ?view=job"})
 	}
-	err := cancelJob(w, r, h.ts)
+	return writeAPIError(w, cancelJob(w, r, h.ts))
+}
+
+// writeAPIError answers a caddy.APIError on a site as the admin endpoint
+// does, {"error":"..."}; other errors, and nil, it returns for Caddy.
+func writeAPIError(w http.ResponseWriter, err error) error {
 	var apiErr caddy.APIError
 	if errors.As(err, &apiErr) {
 		return writeJSON(w, apiErr.HTTPStatus, map[string]string{"error": apiErr.Err.Error()})

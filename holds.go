@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/admit"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 )
 
 func init() {
@@ -32,12 +33,19 @@ func init() {
 // They are the admin endpoint's hold routes (see Admin) for a launcher
 // that cannot reach the admin endpoint: put basic_auth or forward_auth in
 // front of it. A body's "turnstile", if given, must name this handler's.
-// Errors are JSON: {"error":"..."}.
+// Errors are JSON: {"error":"..."}. Requests from a page of another site
+// are refused (403), and so is a body that is not JSON (415): see
+// internal/httpapi.
 type HoldsHandler struct {
 	// The turnstile whose holds these are. Default "default".
 	Turnstile string `json:"turnstile,omitempty"`
+	// TrustedOrigins are the origins (scheme://host[:port]) of other
+	// sites whose pages may take, renew and release holds here, such as
+	// a launcher's web UI. Requests from any other site are refused.
+	TrustedOrigins []string `json:"trusted_origins,omitempty"`
 
-	ts *turnstile
+	ts     *turnstile
+	origin *httpapi.CrossOrigin
 }
 
 // CaddyModule returns the Caddy module information.
@@ -48,13 +56,17 @@ func (HoldsHandler) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// Provision finds the turnstile.
+// Provision finds the turnstile and sets up the cross-origin check.
 func (h *HoldsHandler) Provision(ctx caddy.Context) error {
+	origin, err := newCrossOrigin("gpu_turnstile_holds", h.TrustedOrigins)
+	if err != nil {
+		return err
+	}
 	ts, err := lookupTurnstile(ctx, h.Turnstile)
 	if err != nil {
 		return err
 	}
-	h.ts = ts
+	h.ts, h.origin = ts, origin
 	return nil
 }
 
@@ -70,25 +82,25 @@ func (h *HoldsHandler) Validate() error {
 // request itself.
 func (h *HoldsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
 	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
-	err := apiError(http.StatusNotFound, "no such route: %s (the hold routes are /holds...)", r.URL.Path)
-	if parts[0] == "holds" {
+	err := refused(h.origin.Guard(r))
+	switch {
+	case err != nil:
+	case parts[0] == "holds":
 		err = holdRoutes{ts: h.ts}.serve(w, r, parts[1:])
+	default:
+		err = apiError(http.StatusNotFound, "no such route: %s (the hold routes are /holds...)", r.URL.Path)
 	}
-	var apiErr caddy.APIError
-	if errors.As(err, &apiErr) {
-		// The admin endpoint's error shape.
-		return writeJSON(w, apiErr.HTTPStatus, map[string]string{"error": apiErr.Err.Error()})
-	}
-	return err
+	return writeAPIError(w, err) // the admin endpoint's error shape
 }
 
 // UnmarshalCaddyfile implements caddyfile.Unmarshaler:
 //
 //	gpu_turnstile_holds [NAME] {
-//		turnstile NAME
+//		turnstile       NAME
+//		trusted_origins URL...
 //	}
 func (h *HoldsHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	return unmarshalTurnstileOnly(d, &h.Turnstile)
+	return unmarshalSiteRoute(d, &h.Turnstile, &h.TrustedOrigins, nil)
 }
 
 func (h *HoldsHandler) turnstileName() string { return h.Turnstile }

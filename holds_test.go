@@ -25,6 +25,9 @@ func withHoldsSite(cf string) string {
 
 func (h *harness) launcher(method, path, body string, auth bool) result {
 	req, _ := http.NewRequest(method, h.llm+"/gpu"+path, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if auth {
 		req.SetBasicAuth("launcher", "launch-secret")
 	}

@@ -157,6 +157,23 @@ func testStatusPage(t *testing.T, polling bool) {
 	if err := poll(`document.getElementById("upstreams").textContent.includes("image comfyui: running, reachable, websocket up")`); err != nil {
 		t.Fatalf("the page does not show the engines: %v; %q", err, text("#upstreams"))
 	}
+	// The live regions announce changes, not a clock: while the job's age
+	// ticks, three renders, none of them changes.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.liveChanges = []; window.renders = 0;
+		for (const e of document.querySelectorAll("[aria-live], [role=status], [role=alert], [role=log], [role=timer]"))
+			new MutationObserver(() => liveChanges.push(e.id + ": " + e.textContent)).observe(e, {childList: true, characterData: true, subtree: true});
+		new MutationObserver(() => renders++).observe(document.getElementById("holder"), {childList: true}); true`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(`window.renders >= 3`); err != nil {
+		t.Fatalf("the page does not tick: %v", err)
+	}
+	if changes, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`liveChanges`)); err != nil || len(changes) > 0 {
+		t.Fatalf("live regions changed while nothing happened: %q %v", changes, err)
+	}
+	if got := text("#announce"); !strings.Contains(got, "GPU image, image job "+id[:8]+" running") {
+		t.Fatalf("announced %q", got)
+	}
 	waiting := h.postAsync(context.Background(), h.llm+"/api/chat", chatBody("qwen3:8b", false))
 	if err := poll(`document.getElementById("waiters").textContent.includes("llm /api/chat · qwen3:8b")`); err != nil {
 		t.Fatalf("the page does not list the waiting chat: %v; %q", err, text("#waiters"))
@@ -166,6 +183,9 @@ func testStatusPage(t *testing.T, polling bool) {
 	<-waiting
 	if err := waitState("IDLE"); err != nil {
 		t.Fatalf("page did not come back to IDLE: %v", err)
+	}
+	if err := poll(`document.getElementById("announce").textContent === "GPU idle."`); err != nil {
+		t.Fatalf("the change to idle is not announced: %q", text("#announce"))
 	}
 	if err := poll(`[...document.querySelectorAll("#segs rect title")].some(t => t.textContent.startsWith("image"))`); err != nil {
 		t.Fatalf("the timeline does not show the job: %v", err)

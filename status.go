@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 )
 
 func init() {
@@ -65,8 +66,13 @@ type StatusHandler struct {
 	// handler is reached by those allowed to stop others' jobs (behind
 	// basic_auth, forward_auth or a remote_ip matcher).
 	Controls bool `json:"controls,omitempty"`
+	// TrustedOrigins are the origins (scheme://host[:port]) of other
+	// sites whose pages may use the controls. Requests from any other
+	// site are refused.
+	TrustedOrigins []string `json:"trusted_origins,omitempty"`
 
-	ts *turnstile
+	ts     *turnstile
+	origin *httpapi.CrossOrigin
 	// done is closed when the config that serves this ends; shutdown
 	// when its server begins to shut down (a reload or Caddy's exit),
 	// which comes first: the server waits for open connections, so an
@@ -83,13 +89,18 @@ func (StatusHandler) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// Provision finds the turnstile.
+// Provision finds the turnstile and sets up the cross-origin check of
+// the controls.
 func (h *StatusHandler) Provision(ctx caddy.Context) error {
+	origin, err := newCrossOrigin("gpu_turnstile_status", h.TrustedOrigins)
+	if err != nil {
+		return err
+	}
 	ts, err := lookupTurnstile(ctx, h.Turnstile)
 	if err != nil {
 		return err
 	}
-	h.ts = ts
+	h.ts, h.origin = ts, origin
 	h.done = ctx.Done()
 	h.shutdown = onShutdown(ctx)
 	return nil
