@@ -29,6 +29,7 @@ func init() {
 //	POST   /gpu_turnstile/holds/{id}/renew  [{"ttl"}]
 //	DELETE /gpu_turnstile/holds/{id}
 //	DELETE /gpu_turnstile/job[?turnstile=NAME]  cancel the running image job -> 200 once stopped
+//	DELETE /gpu_turnstile/job?force=1[&turnstile=NAME]  abandon it: the GPU is handed on
 //
 // The hold routes are those of the gpu_turnstile_holds handler (holds.go),
 // for every turnstile.

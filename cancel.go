@@ -14,9 +14,20 @@ import (
 // cancelJob cancels ts's running image job and answers, once its engine
 // has shown the job's end, 200 {"prompt_id","engine","outcome"}. It
 // serves the admin route DELETE /gpu_turnstile/job and the status
-// handler's DELETE ?view=job; errors are caddy.APIError values.
+// handler's DELETE ?view=job; errors are caddy.APIError values. With
+// force=1 the job is abandoned instead: the GPU is handed on after the
+// engine's free although the job may still compute (gpu.ForceEndJob).
 func cancelJob(w http.ResponseWriter, r *http.Request, ts *turnstile) error {
-	res, err := ts.CancelJob(r.Context())
+	var res gpu.Cancelled
+	var err error
+	switch f := r.URL.Query().Get("force"); f {
+	case "":
+		res, err = ts.CancelJob(r.Context())
+	case "1", "true":
+		res, err = ts.ForceEndJob(r.Context(), requester(r))
+	default:
+		return apiError(http.StatusBadRequest, "force=%q: use force=1 to hand the GPU on without waiting for the job's end, or leave it out", f)
+	}
 	if err == nil {
 		return writeJSON(w, http.StatusOK, res)
 	}
@@ -38,6 +49,18 @@ func cancelJob(w http.ResponseWriter, r *http.Request, ts *turnstile) error {
 		return apiError(http.StatusGatewayTimeout, "turnstile %q: %s: %v", ts.name, job, err)
 	}
 	return apiError(http.StatusInternalServerError, "turnstile %q: %s: %v", ts.name, job, err)
+}
+
+// requester says who sent r, for the log of a forced end.
+func requester(r *http.Request) string {
+	who := r.RemoteAddr
+	if user, _, ok := r.BasicAuth(); ok {
+		who = user + "@" + who
+	}
+	if ua := r.UserAgent(); ua != "" {
+		who += " (" + ua + ")"
+	}
+	return who
 }
 
 // serveCancel answers a DELETE to the status handler. Only with controls

@@ -75,6 +75,11 @@ var (
 		Help: "Guarded requests that reverse_proxy sent to an upstream that is none of the turnstile's engines (checked for the first requests after a config load, then sampled).",
 	}, []string{"turnstile"})
 
+	interruptOverdue = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpu_turnstile_interrupt_overdue_total",
+		Help: "Interrupted image jobs (cancel, job_timeout) whose engine did not show their end within interrupt_grace; each keeps the GPU until it does, by engine.",
+	}, []string{"turnstile", "engine"})
+
 	stateDesc = prometheus.NewDesc("gpu_turnstile_state",
 		"What the GPU is used for: 0 idle, 1 llm, 2 image, 3 hold.", []string{"turnstile"}, nil)
 	inflightDesc = prometheus.NewDesc("gpu_turnstile_llm_inflight",
@@ -135,7 +140,7 @@ func stateNumber(s string) int {
 
 var collectors = []prometheus.Collector{
 	imageJobs, lockWait, unloadSeconds, freeSeconds, wakeSeconds, warmSeconds, jobSeconds,
-	busyAnswers, holdEvents, upstreamErrors, misrouted, stateCollector{},
+	busyAnswers, holdEvents, upstreamErrors, misrouted, interruptOverdue, stateCollector{},
 }
 
 // registerMetrics adds the collectors to a config's registry. The same
@@ -216,6 +221,11 @@ func (m *turnstileMetrics) JobEnded(outcome string, d time.Duration) {
 // HoldEvent implements gpu.Metrics.
 func (m *turnstileMetrics) HoldEvent(event string) {
 	holdEvents.WithLabelValues(m.name, event).Inc()
+}
+
+// InterruptOverdue implements gpu.Metrics.
+func (m *turnstileMetrics) InterruptOverdue(engine string) {
+	interruptOverdue.WithLabelValues(m.name, engine).Inc()
 }
 
 var _ gpu.Metrics = (*turnstileMetrics)(nil)

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
 )
 
 var (
@@ -39,7 +37,8 @@ type Cancelled struct {
 	// the interrupt took effect), "cancelled" (it never ran: not sent
 	// yet, or taken out of the engine's queue before it started),
 	// "rejected", "failed" or "refused" (it never reached the engine),
-	// "lost" (the engine restarted).
+	// "lost" (the engine restarted), "abandoned" (an operator handed the
+	// GPU on with ForceEndJob while it may still compute).
 	Outcome string `json:"outcome"`
 }
 
@@ -50,20 +49,40 @@ type jobStop struct {
 	asked    chan struct{} // closed once a cancel is asked for
 	onEngine chan struct{} // closed once the work is on its engine
 	ended    chan struct{} // closed once the work has ended, or the job
+	over     chan struct{} // closed once no interrupt is needed: the end confirmed, the job finished or abandoned
+	done     chan struct{} // closed once the job has given the GPU back
 
-	askOnce, onEngineOnce, endOnce sync.Once
+	askOnce, onEngineOnce, endOnce, overOnce, doneOnce sync.Once
 	// interrupted is set once a cancel's interrupt was taken; landed once
 	// one is set on the running job of an engine that names none (A1111).
 	interrupted, landed atomic.Bool
+	// forced is set once an operator abandoned the job (ForceEndJob).
+	forced atomic.Bool
+
+	// ctx ends when an operator abandons the job (ForceEndJob) or Caddy
+	// stops: every wait of the job for its engine is under it.
+	ctx     context.Context
+	abandon context.CancelFunc
+
+	mu           sync.Mutex
+	interrupting bool // an interrupter runs (interrupt.go)
 
 	id        string // the prompt_id, if any; set before onEngine closes
 	outcome   string // set before ended closes
 	confirmed bool   // the engine showed the end; set with outcome
 }
 
-func newJobStop() *jobStop {
-	return &jobStop{asked: make(chan struct{}), onEngine: make(chan struct{}), ended: make(chan struct{})}
+func newJobStop(parent context.Context) *jobStop {
+	ctx, abandon := context.WithCancel(parent)
+	return &jobStop{asked: make(chan struct{}), onEngine: make(chan struct{}), ended: make(chan struct{}),
+		over: make(chan struct{}), done: make(chan struct{}), ctx: ctx, abandon: abandon}
 }
+
+// stopInterrupting closes over: the interrupter has nothing left to do.
+func (s *jobStop) stopInterrupting() { s.overOnce.Do(func() { close(s.over) }) }
+
+// abandoned reports whether an operator ended the job by force.
+func (s *jobStop) abandoned() bool { return s.forced.Load() }
 
 func (s *jobStop) ask() { s.askOnce.Do(func() { close(s.asked) }) }
 
@@ -94,6 +113,9 @@ func (s *jobStop) end(outcome string, confirmed bool) {
 		s.outcome, s.confirmed = outcome, confirmed
 		close(s.ended)
 	})
+	if confirmed {
+		s.stopInterrupting()
+	}
 }
 
 func closed(ch <-chan struct{}) bool {
@@ -188,8 +210,10 @@ func (g *GPU) jobToCancel() (*ImageJob, error) {
 // gives it back itself (after draining the engine's queue and a free).
 // A job not yet on its engine is waited for: it ends without being sent
 // if it has not been forwarded yet, and is interrupted as soon as it has
-// been queued. Past interrupt_grace from the interrupt it gives up; the
-// job goes on to its own end. If ctx ends first, CancelJob returns
+// been queued. The interrupt is sent again until the engine shows the end;
+// past interrupt_grace from the first, CancelJob answers ErrNotStopped,
+// while the job keeps the GPU and the interrupt goes on (ForceEndJob hands
+// the GPU on). If ctx ends first, CancelJob returns
 // ctx.Err() but the cancel stands: it goes on without its caller. It
 // returns ErrNoJob, ErrNotOurJob, ErrInterruptFailed or ErrNotStopped.
 func (g *GPU) CancelJob(ctx context.Context) (Cancelled, error) {
@@ -216,8 +240,9 @@ func (g *GPU) CancelJob(ctx context.Context) (Cancelled, error) {
 }
 
 // cancel interrupts the job once it is on its engine and waits, up to
-// interrupt_grace, for its end. It runs detached from the caller, until
-// Caddy stops.
+// interrupt_grace, for its end. The interrupt is sent again until the
+// engine shows the end, beyond interrupt_grace too (interrupt.go). It runs
+// detached from the caller, until Caddy stops.
 func (j *ImageJob) cancel() (Cancelled, error) {
 	g, s := j.g, j.stop
 	select {
@@ -227,21 +252,23 @@ func (j *ImageJob) cancel() (Cancelled, error) {
 		return Cancelled{}, g.ctx.Err()
 	}
 	grace := j.c.InterruptGrace
-	wctx, cancel := context.WithTimeout(g.ctx, grace)
-	defer cancel()
 	start := time.Now()
-	if err := j.interruptUntilEnded(wctx); err != nil {
-		return j.cancelled(), err
+	if !closed(s.ended) {
+		if err := j.interruptUntilOver(); err != nil {
+			if g.ctx.Err() != nil {
+				return Cancelled{}, g.ctx.Err()
+			}
+			return j.cancelled(), j.interruptFailed(err)
+		}
 	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
 	select {
 	case <-s.ended:
-	case <-wctx.Done():
-		if g.ctx.Err() != nil {
-			return Cancelled{}, g.ctx.Err()
-		}
-		g.log().Warn("cancelled image job not seen to stop within interrupt_grace; it keeps the GPU until it ends",
-			zap.Stringp("prompt_id", s.promptID()), zap.Duration("interrupt_grace", grace))
-		return j.cancelled(), fmt.Errorf("%w: %s did not show the job's end within interrupt_grace (%v) of the interrupt; it keeps the GPU until it ends (job_timeout)",
+	case <-g.ctx.Done():
+		return Cancelled{}, g.ctx.Err()
+	case <-t.C:
+		return j.cancelled(), fmt.Errorf("%w: %s did not show the job's end within interrupt_grace (%v) of the interrupt; the interrupt is sent again, and the job keeps the GPU until its engine shows the end (DELETE /gpu_turnstile/job?force=1 hands it on)",
 			ErrNotStopped, j.e.Name(), grace)
 	}
 	res := j.cancelled()
@@ -253,79 +280,6 @@ func (j *ImageJob) cancel() (Cancelled, error) {
 	}
 	g.log().Info("image job cancelled", zap.Stringp("prompt_id", res.PromptID), zap.String("outcome", res.Outcome))
 	return res, nil
-}
-
-// resendEvery paces the interrupts of a synchronous job: A1111 drops an
-// interrupt that comes before the job has begun (it clears the flag as a
-// job begins), and its request may still be on its way or waiting for
-// A1111's queue, so the interrupt is sent again until it has landed on
-// the running job or the request has ended.
-const resendEvery = 250 * time.Millisecond
-
-// interruptUntilEnded interrupts the job: once for a queued job, whose
-// engine names it; for a synchronous one, every resendEvery until the
-// interrupt has landed on it or its request has ended. ctx's end is no
-// error: the caller tells it from the job's.
-func (j *ImageJob) interruptUntilEnded(ctx context.Context) error {
-	s := j.stop
-	ri, ok := j.e.(RunningInterrupter)
-	if !ok {
-		if closed(s.ended) {
-			return nil
-		}
-		return j.sendInterrupt(ctx)
-	}
-	for !closed(s.ended) && !s.landed.Load() {
-		// Marked before it is sent: the job may end as it lands.
-		first := !s.interrupted.Swap(true)
-		landed, err := ri.InterruptRunning(ctx)
-		switch {
-		case err == nil || jsonhttp.Refused(err):
-			s.landed.Store(landed)
-		case first:
-			s.interrupted.Store(false)
-			if ctx.Err() != nil {
-				return nil
-			}
-			return j.interruptFailed(err)
-		case ctx.Err() != nil:
-			return nil
-		default:
-			// One was taken before: keep at it.
-			j.g.log().Warn("interrupt for a cancel failed; sending it again", zap.String("engine", j.e.Name()), zap.Error(err))
-		}
-		if s.landed.Load() {
-			return nil
-		}
-		t := time.NewTimer(resendEvery)
-		select {
-		case <-s.ended:
-		case <-ctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
-		if ctx.Err() != nil {
-			return nil
-		}
-	}
-	return nil
-}
-
-// sendInterrupt asks the job's engine to stop it. A refused connection
-// is no failure: the engine is gone, and with it the job.
-func (j *ImageJob) sendInterrupt(ctx context.Context) error {
-	// Marked before it is sent: ComfyUI may drop the queued job, and its
-	// watch see it gone, before the answer comes.
-	j.stop.interrupted.Store(true)
-	err := j.e.Interrupt(ctx, j.stop.id)
-	if err == nil || jsonhttp.Refused(err) {
-		return nil
-	}
-	j.stop.interrupted.Store(false) // not asked after all
-	if ctx.Err() != nil {
-		return nil
-	}
-	return j.interruptFailed(err)
 }
 
 func (j *ImageJob) interruptFailed(err error) error {

@@ -80,6 +80,9 @@ type Metrics interface {
 	// cancelled, busy (refused without waiting), failed, shutdown, restored
 	// (taken again at start-up from the hold store).
 	HoldEvent(event string)
+	// InterruptOverdue counts an interrupted image job whose engine (by
+	// name) did not show its end within interrupt_grace.
+	InterruptOverdue(engine string)
 }
 
 // GPU is the orchestration of one GPU. It outlives any one config: Apply

@@ -19,12 +19,13 @@ import (
 
 // recorder is a Metrics that remembers what it was told.
 type recorder struct {
-	mu     sync.Mutex
-	steps  []string
-	jobs   []string
-	holds  []string
-	errors []string
-	waits  []lock.State
+	mu      sync.Mutex
+	steps   []string
+	jobs    []string
+	holds   []string
+	overdue []string
+	errors  []string
+	waits   []lock.State
 }
 
 func (r *recorder) Waited(kind lock.State, _ time.Duration) { r.add(&r.waits, kind) }
@@ -33,7 +34,8 @@ func (r *recorder) UpstreamError(up, _, op string)          { r.add(&r.errors, u
 func (r *recorder) JobEnded(outcome string, _ time.Duration) {
 	r.add(&r.jobs, outcome)
 }
-func (r *recorder) HoldEvent(event string) { r.add(&r.holds, event) }
+func (r *recorder) HoldEvent(event string)         { r.add(&r.holds, event) }
+func (r *recorder) InterruptOverdue(engine string) { r.add(&r.overdue, engine) }
 
 func (r *recorder) add(to any, v any) {
 	r.mu.Lock()

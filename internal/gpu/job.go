@@ -8,7 +8,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
 )
 
@@ -19,6 +18,13 @@ type Job struct {
 	Source   string    `json:"source"`           // "proxy", or the image engine's name (started there directly)
 	Phase    string    `json:"phase"`            // "unloading", "submitting", "running", "draining queue"
 	Started  time.Time `json:"started"`
+	// InterruptOverdue is set once the job was interrupted (a cancel,
+	// job_timeout) and its engine did not show its end within
+	// interrupt_grace: it keeps the GPU, and the interrupt is sent again,
+	// until the engine does or an operator abandons it (force).
+	InterruptOverdue bool `json:"interrupt_overdue,omitempty"`
+	// OverdueSince is when the first of those interrupts was sent.
+	OverdueSince *time.Time `json:"interrupt_overdue_since,omitempty"`
 }
 
 // ImageJob is one image prompt sent through the turnstile, from the moment
@@ -59,7 +65,7 @@ func (g *GPU) BeginImage(ctx context.Context, engine string) (*ImageJob, error) 
 		u.end()
 		return nil, fmt.Errorf("%w: %q (dropped by a reload)", ErrNoEngine, engine)
 	}
-	j := &ImageJob{use: u, e: e, started: time.Now(), source: "proxy", stop: newJobStop()}
+	j := &ImageJob{use: u, e: e, started: time.Now(), source: "proxy", stop: newJobStop(g.ctx)}
 	g.setImageJob(j)
 	g.setJob(&Job{Engine: e.Name(), Source: j.source, Phase: "unloading", Started: j.started})
 	return j, nil
@@ -162,26 +168,36 @@ func (j *ImageJob) Ran(outcome string) {
 }
 
 // drain waits, within job_timeout, until a synchronous job's engine is
-// idle, interrupting it past that, and ends the job.
+// idle, interrupting it past that until it is, and ends the job.
 func (j *ImageJob) drain(outcome string) {
 	g, c, e := j.g, j.c, j.e
 	_, span := j.tr.start(g, "gpu_turnstile.job")
 	if outcome != "timeout" {
-		ctx, cancel := context.WithTimeout(g.ctx, c.JobTimeout-time.Since(j.started))
+		ctx, cancel := context.WithTimeout(j.stop.ctx, c.JobTimeout-time.Since(j.started))
 		err := e.WaitIdle(ctx, g.currentWatcher(e))
 		cancel()
-		switch {
-		case err != nil && g.ctx.Err() != nil:
-			outcome = "shutdown"
-		case err != nil:
-			outcome = "timeout"
-		}
+		outcome = j.waitResult(outcome, err)
 	}
 	if outcome == "timeout" {
-		j.interrupt("")
+		outcome = j.overrun("")
 	}
 	endJobSpan(span, outcome)
 	j.finish("", outcome)
+}
+
+// waitResult is the result of a job whose wait for its engine ended with
+// err: outcome if nil, else why it ended early ("shutdown", "abandoned")
+// or "timeout" (job_timeout).
+func (j *ImageJob) waitResult(outcome string, err error) string {
+	switch {
+	case err == nil:
+		return outcome
+	case j.g.ctx.Err() != nil:
+		return "shutdown"
+	case j.stop.abandoned():
+		return "abandoned"
+	}
+	return "timeout"
 }
 
 // ran records that work ran on the job's engine.
@@ -203,12 +219,13 @@ func (j *ImageJob) Submitted(id string) {
 }
 
 // holdForJob keeps the GPU until the job has ended and ComfyUI's queue is
-// empty, bounded by job_timeout (then the job is interrupted), and gives
-// it back: to the next image job directly, or through a free to LLM use.
+// empty, and gives it back: to the next image job directly, or through a
+// free to LLM use. Past job_timeout the job is interrupted until it has
+// ended (overrun).
 func (j *ImageJob) holdForJob(id string) {
 	g, c, e := j.g, j.c, j.e
 	_, span := j.tr.start(g, "gpu_turnstile.job")
-	ctx, cancel := context.WithTimeout(g.ctx, c.JobTimeout-time.Since(j.started))
+	ctx, cancel := context.WithTimeout(j.stop.ctx, c.JobTimeout-time.Since(j.started))
 	defer cancel()
 	w := g.currentWatcher(e)
 	outcome, err := e.WaitJob(ctx, id, w)
@@ -221,51 +238,16 @@ func (j *ImageJob) holdForJob(id string) {
 		// GPU given to LLM use: wait for the whole queue.
 		err = e.WaitIdle(ctx, w)
 	}
-	result := outcome
+	result := j.waitResult(outcome, err)
 	switch {
-	case err != nil && g.ctx.Err() != nil:
-		result = "shutdown"
-	case err != nil:
-		result = "timeout"
-		j.interrupt(id)
+	case result == "timeout":
+		result = j.overrun(id)
 	case outcome == OutcomeLost:
 		g.log().Warn("image job lost: the image engine no longer knows it (restarted?); releasing the GPU",
 			zap.String("prompt_id", id))
 	}
 	endJobSpan(span, result)
 	j.finish(id, result)
-}
-
-// interrupt stops a job that has outlived job_timeout and waits, up to
-// interrupt_grace, until it has really stopped and ComfyUI's queue is
-// empty: ComfyUI acts on an interrupt only at the job's next node or
-// sampler step, and until then the job computes on the GPU.
-func (j *ImageJob) interrupt(id string) {
-	g, c, e := j.g, j.c, j.e
-	g.setPhase("interrupting")
-	g.log().Error("image job exceeded job_timeout; interrupting it, and keeping the GPU for it until it has stopped",
-		zap.String("prompt_id", id), zap.Duration("job_timeout", c.JobTimeout), zap.Duration("interrupt_grace", c.InterruptGrace))
-	ctx, cancel := context.WithTimeout(g.ctx, c.InterruptGrace)
-	defer cancel()
-	start := time.Now()
-	if err := e.Interrupt(ctx, id); err != nil && !jsonhttp.Refused(err) {
-		g.log().Warn("interrupt failed", zap.String("prompt_id", id), zap.Error(err))
-	}
-	w := g.currentWatcher(e)
-	outcome, err := e.WaitJob(ctx, id, w)
-	if err == nil {
-		err = e.WaitIdle(ctx, w)
-	}
-	took := time.Since(start)
-	if err != nil {
-		if g.ctx.Err() == nil {
-			g.log().Error("interrupted image job did not stop within interrupt_grace; releasing the GPU after the engine's free while it may still compute",
-				zap.String("prompt_id", id), zap.Duration("interrupt_grace", c.InterruptGrace), zap.Error(err))
-		}
-		return
-	}
-	g.history.addEvent("interrupt", took, id)
-	g.log().Info("interrupted image job stopped", zap.String("prompt_id", id), zap.String("outcome", outcome), zap.Duration("after", took))
 }
 
 // finish records a job's end and gives the GPU back. A job that ran (or
@@ -284,6 +266,9 @@ func (j *ImageJob) finish(id, outcome string) {
 	// Work that never reached the engine has surely stopped; work that
 	// did and ended here unconfirmed (timeout, shutdown) may compute on.
 	j.stop.end(outcome, !j.owesFree)
+	j.stop.stopInterrupting()
 	g.dropImageJob(j)
 	j.end()
+	j.stop.doneOnce.Do(func() { close(j.stop.done) })
+	j.stop.abandon() // frees its context
 }

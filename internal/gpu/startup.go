@@ -81,12 +81,18 @@ func (g *GPU) reportWatch(e ImageEngine, run *engineRun, connected bool, err err
 			// hold memory it loaded on its own (A1111 loads its
 			// checkpoint at launch), and is freed before the GPU next
 			// goes to LLM use. The first contact is the start-up
-			// probe's to judge.
+			// probe's to judge. Its loading already shares the GPU
+			// with whatever LLM use goes on: the GPU is taken from
+			// LLM use at once, as for direct work, to free it.
 			run.owed.Store(true)
+			g.spawn(func() { g.freeAfterReturn(e.Name()) })
 		}
 		run.up.set(nil)
 		g.log().Debug(e.Name() + "'s event stream connected")
 		return
+	}
+	if err != nil {
+		run.up.set(err) // lost contact: unreachable until it is back
 	}
 	g.log().Warn(e.Name()+"'s event stream down; job ends are found by polling until it is back", zap.Error(err))
 }
@@ -341,4 +347,37 @@ func (g *GPU) drainDirect(u *use, e ImageEngine) {
 	start := time.Now()
 	err := e.WaitIdle(ctx, g.currentWatcher(e))
 	g.log().Info(e.Name()+" queue drained", zap.Duration("duration", time.Since(start)), zap.Error(err))
+}
+
+// freeAfterReturn takes the GPU alone for an image engine seen back after
+// a loss of contact (it may have restarted and loaded its checkpoint, as
+// A1111 does at launch), as for work started on it directly: the LLM
+// requests in flight drain, none is admitted meanwhile, and the engine is
+// freed and the free confirmed before the GPU goes back to LLM use. While
+// the GPU is in exclusive use, or a job of ours or direct work holds the
+// engine, the free it owes is paid when that use gives the GPU back.
+func (g *GPU) freeAfterReturn(name string) {
+	c := g.cfg()
+	e := c.imageEngine(name)
+	if e == nil || !g.takeDirect(e) {
+		return
+	}
+	defer g.endDirect(e)
+	if st := g.lock.State(); st == lock.Image || st == lock.Hold {
+		return
+	}
+	if err := g.acquireExclusive(g.ctx, lock.ImageJob); err != nil {
+		return
+	}
+	g.log().Warn(e.Name() + " is back after a loss of contact and may have loaded memory on its own; taking the GPU to free it")
+	g.setJob(&Job{Engine: e.Name(), Source: e.Name(), Phase: "freeing after a loss of contact", Started: time.Now()})
+	u := &use{g: g, c: c, owesFree: true}
+	defer func() {
+		g.setJob(nil)
+		u.end()
+	}()
+	// Work queued on it meanwhile is drained first, as direct work.
+	if g.queued(c, e) {
+		g.drainDirect(u, e)
+	}
 }

@@ -135,7 +135,7 @@ func TestWaitJobOutcomes(t *testing.T) {
 	_, body = submit(t, srv.URL+"/prompt", goodPrompt)
 	id, _ = comfy.PromptID([]byte(body))
 	waitRunning(t, c, id) // an interrupt only stops a running job
-	http.Post(srv.URL+"/interrupt", "application/json", strings.NewReader(`{}`))
+	interruptUntilEnded(t, srv.URL, c, id)
 	if out, err := c.WaitJob(ctx, id, nil, 5*time.Millisecond); out != comfy.Interrupted {
 		t.Errorf("interrupted job: outcome %q, %v", out, err)
 	}
@@ -146,6 +146,25 @@ func TestWaitJobOutcomes(t *testing.T) {
 	srv.Restart()
 	if out, err := c.WaitJob(ctx, id, nil, 5*time.Millisecond); out != comfy.Lost {
 		t.Errorf("job lost in a restart: outcome %q, %v", out, err)
+	}
+}
+
+// interruptUntilEnded sends the interrupt until the job has a history
+// entry: ComfyUI drops one that arrives as the job is taken from the queue.
+func interruptUntilEnded(t *testing.T, url string, c *comfy.Client, id string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if resp, err := http.Post(url+"/interrupt", "application/json", strings.NewReader(`{}`)); err == nil {
+			resp.Body.Close()
+		}
+		if _, found, err := c.History(context.Background(), id); err == nil && found {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s never stopped", id)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

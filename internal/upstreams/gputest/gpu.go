@@ -33,6 +33,7 @@ type GPU struct {
 	users    map[string]int
 	events   []Event
 	overlaps []string
+	unbidden []string // overlaps at the start of an OccupyUnbidden
 	changed  chan struct{}
 	group    map[string]int // the sharing group of a service (ShareAmong); 0: none
 	groups   int
@@ -89,6 +90,31 @@ func (g *GPU) Occupy(service, what string) (release func(string)) {
 			g.mu.Unlock()
 		})
 	}
+}
+
+// OccupyUnbidden is Occupy for a use that nobody asked for, which the
+// service takes on its own (an engine that loads its model as it
+// restarts): an overlap at its start is the service's own doing, which no
+// orchestration can prevent, and is listed by Unbidden instead of
+// Overlaps. An overlap with anything that starts while it lasts still
+// counts.
+func (g *GPU) OccupyUnbidden(service, what string) (release func(string)) {
+	g.mu.Lock()
+	n := len(g.overlaps)
+	g.mu.Unlock()
+	release = g.Occupy(service, what)
+	g.mu.Lock()
+	g.unbidden = append(g.unbidden, g.overlaps[n:]...)
+	g.overlaps = g.overlaps[:n]
+	g.mu.Unlock()
+	return release
+}
+
+// Unbidden lists the overlaps that unbidden uses caused as they began.
+func (g *GPU) Unbidden() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]string(nil), g.unbidden...)
 }
 
 // Mark records an event that does not change occupancy (a request served

@@ -103,6 +103,7 @@ type Server struct {
 	unloads atomic.Int64
 	reloads atomic.Int64
 	hold    atomic.Pointer[chan struct{}]
+	down    atomic.Bool // killed, not relaunched (restart.go)
 }
 
 // NewServer starts a fake on a loopback port.
@@ -132,7 +133,7 @@ func NewServer(gpu *gputest.GPU, opts Options) *Server {
 			release: gpu.Occupy(service, "checkpoint on GPU: "+s.option+" (loaded at start-up)")}
 		s.notePeakLocked()
 	}
-	s.http = httptest.NewServer(s.routes())
+	s.http = httptest.NewServer(s.downable(s.routes()))
 	return s
 }
 

@@ -23,8 +23,10 @@ func (s *Server) postFree(w http.ResponseWriter, r *http.Request) {
 }
 
 // postInterrupt sets the running job's interrupt flag (with no prompt_id,
-// or the running job's); an interrupt naming a pending job does nothing.
-// The job stops later, at its next node.
+// or the running job's); an interrupt naming a pending job does nothing,
+// and one that arrives while the worker takes the job from the queue
+// (before it starts, which clears the flag) is dropped. The job stops
+// later, at its next node.
 func (s *Server) postInterrupt(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		PromptID string `json:"prompt_id"`
@@ -35,8 +37,21 @@ func (s *Server) postInterrupt(w http.ResponseWriter, r *http.Request) {
 			s.gpu.Mark("comfy", "interrupt requested "+j.id)
 			close(j.stop)
 		}
+	} else if j := s.taking(); j != nil && (body.PromptID == "" || body.PromptID == j.id) {
+		s.gpu.Mark("comfy", "interrupt dropped "+j.id+": taken from the queue, not started")
 	}
 	emptyOK(w)
+}
+
+// taking is the job the worker has taken from the queue and not started
+// yet, if any.
+func (s *Server) taking() *job {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if j := s.running; j != nil && s.interrupt.Load() != j && !j.started {
+		return j
+	}
+	return nil
 }
 
 // emptyOK is ComfyUI's answer to /free and /interrupt: 200, no body.

@@ -39,6 +39,11 @@ type Options struct {
 	// _interrupted) to the history entry, which is written together with
 	// the job leaving the queue. Default 100ms, as measured.
 	HistoryLag time.Duration
+	// TakeDelay is the instant between the worker taking a job from the
+	// queue (it shows in queue_running) and the job's start, when
+	// ComfyUI clears the interrupt flag: an interrupt that arrives then
+	// is accepted and dropped. Default 2ms.
+	TakeDelay time.Duration
 	// Device is "cuda" (default) or "cpu": a CPU device reports system
 	// memory with a null index, which is no GPU reading.
 	Device string
@@ -83,6 +88,7 @@ type job struct {
 	fail     bool
 	stop     chan struct{} // closed by /interrupt
 	killed   chan struct{} // closed when the process dies mid-job
+	started  bool          // past the take: interruptible; under Server.mu
 }
 
 type socket struct {
@@ -115,6 +121,9 @@ func NewUnstarted(gpu *gputest.GPU, opts Options) *Server {
 	}
 	if opts.HistoryLag == 0 {
 		opts.HistoryLag = 100 * time.Millisecond
+	}
+	if opts.TakeDelay == 0 {
+		opts.TakeDelay = 2 * time.Millisecond
 	}
 	if opts.Device == "" {
 		opts.Device = "cuda"

@@ -206,6 +206,29 @@ func TestInterruptIsAsynchronous(t *testing.T) {
 	}
 }
 
+// An interrupt that arrives as the worker takes the job from the queue
+// (queue_running shows it, it has not started) is dropped, as ComfyUI
+// clears the flag when a job starts; one naming a pending job does
+// nothing. The job runs to its end.
+func TestInterruptAsTheJobIsTakenIsDropped(t *testing.T) {
+	srv, gpu := newFake(t, comfytest.Options{TakeDelay: 200 * time.Millisecond, JobDuration: 50 * time.Millisecond})
+	_, body, _ := post(t, srv.URL+"/prompt", prompt("", "1", 50))
+	first := promptID(t, body)
+	_, body, _ = post(t, srv.URL+"/prompt", prompt("", "2", 50))
+	second := promptID(t, body)
+	gpu.WaitFor(5*time.Second, func(ev []gputest.Event) bool { return gputest.Index(ev, 0, "comfy", "taken "+first) >= 0 })
+	post(t, srv.URL+"/interrupt", `{"prompt_id":"`+first+`"}`)
+	post(t, srv.URL+"/interrupt", `{"prompt_id":"`+second+`"}`)
+	if !gpu.WaitFor(5*time.Second, func(ev []gputest.Event) bool { return gputest.Index(ev, 0, "comfy", "history "+second) >= 0 }) {
+		t.Fatal("the jobs never ended")
+	}
+	ev := gpu.Events()
+	if gputest.Index(ev, 0, "comfy", "interrupt dropped "+first) < 0 || gputest.Index(ev, 0, "comfy", "interrupt requested") >= 0 ||
+		gputest.Index(ev, 0, "comfy", "end execution_interrupted") >= 0 {
+		t.Fatalf("an interrupt as the job was taken, or of a pending job, took effect:\n%s", gputest.Dump(ev))
+	}
+}
+
 // /free sent during a job acts right after it, before the next pending
 // one, and PyTorch's reserved memory falls only at the free's end.
 func TestFreeActsBetweenJobsAndFreesAtTheEnd(t *testing.T) {

@@ -47,10 +47,19 @@ func (s *Server) worker() {
 // order. Its history entry and its leaving the queue come HistoryLag after
 // the final message, together.
 func (s *Server) run(j *job, epoch int) {
+	s.gpu.Mark("comfy", "taken "+j.id)
+	select {
+	case <-time.After(s.opts.TakeDelay):
+	case <-s.stop:
+		return
+	}
 	cached := s.loadModels(j)
 	// The job can be interrupted from its start on; an interrupt that
 	// came before it was dropped, as ComfyUI clears the flag when a job
 	// starts executing.
+	s.mu.Lock()
+	j.started = true
+	s.mu.Unlock()
 	s.interrupt.Store(j)
 	s.gpu.Mark("comfy", "job "+j.id+" start")
 	msgs, duration := s.sendStart(j, cached)
