@@ -244,7 +244,11 @@ func (hr holdRoutes) create(w http.ResponseWriter, r *http.Request) error {
 	if len(owner) > 200 {
 		return apiError(http.StatusBadRequest, "owner: longer than 200 bytes")
 	}
-	wait, err := parseSpan("wait_timeout", req.WaitTimeout, ts.cfg().imageWait)
+	c := ts.cfg()
+	if c == nil { // a turnstile whose config has not started yet
+		return apiError(http.StatusServiceUnavailable, "turnstile %q is starting; try again in a moment", ts.name)
+	}
+	wait, err := parseSpan("wait_timeout", req.WaitTimeout, c.imageWait)
 	if err != nil {
 		return err
 	}

@@ -168,6 +168,11 @@ func TestStatusControlsRefuseCrossSite(t *testing.T) {
 func FuzzHoldRequest(f *testing.F) {
 	ts := newTurnstile("fuzz")
 	f.Cleanup(ts.Close)
+	c, err := Settings{Ollama: "http://127.0.0.1:1"}.validate()
+	if err != nil {
+		f.Fatal(err)
+	}
+	ts.cfgp.Store(c)
 	if !ts.lock.TryAcquireExclusive(lock.ExternalHold) {
 		f.Fatal("a new GPU cannot be held")
 	}
