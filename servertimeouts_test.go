@@ -42,7 +42,7 @@ func TestExampleServerTimeoutsCutBodiesNotStreams(t *testing.T) {
 
 	// The GPU is free: the body goes on to Ollama, and Caddy cuts it.
 	if r := trickle(t, h.llm, "/api/chat", `{"model":"llama3.2","messages":[{"role":"user","content":"`); !r.sending || !r.closed {
-		t.Fatalf("trickled body: still sending %v, connection closed %v; want it cut while it trickles", r.sending, r.closed)
+		t.Fatalf("trickled body: still sending %v, connection closed %v; want it cut while it trickles (answer %d %v %.300s)", r.sending, r.closed, r.status, r.header, r.body)
 	}
 
 	// A body larger than what is read before the wait (8 MiB) keeps its
