@@ -236,6 +236,11 @@ func (h *harness) ts() *turnstile { return runtimeOf(defaultName) }
 func (h *harness) status() Status {
 	h.t.Helper()
 	resp, err := h.client.Get(h.llm + "/healthz")
+	// Right after a reload, the old config's server may close a connection
+	// it accepted before reading from it: the GET is asked again.
+	for try := 1; err != nil && try < 3 && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)); try++ {
+		resp, err = h.client.Get(h.llm + "/healthz")
+	}
 	if err != nil {
 		h.t.Fatal(err)
 	}
