@@ -120,7 +120,40 @@ func newTestClient() *http.Client {
 			}
 		}
 	}
-	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, DialContext: dial}}
+	return &http.Client{Transport: retryUnread{&http.Transport{MaxIdleConnsPerHost: 256, DialContext: dial}}}
+}
+
+// retryUnread sends a request again when its connection was closed
+// before any answer came (io.EOF, a reset): right after a reload, the old
+// config's server closes the connections it accepted and had not read
+// from yet. A request whose body cannot be had again is not retried.
+type retryUnread struct{ rt http.RoundTripper }
+
+func (t retryUnread) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.rt.RoundTrip(r)
+	for try := 1; try < 3 && err != nil && r.Context().Err() == nil &&
+		(errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)); try++ {
+		if r.Body != nil && r.Body != http.NoBody {
+			if r.GetBody == nil {
+				break
+			}
+			body, gerr := r.GetBody()
+			if gerr != nil {
+				break
+			}
+			r = r.Clone(r.Context())
+			r.Body = body
+		}
+		resp, err = t.rt.RoundTrip(r)
+	}
+	return resp, err
+}
+
+// CloseIdleConnections closes the transport's idle connections.
+func (t retryUnread) CloseIdleConnections() {
+	if c, ok := t.rt.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
 }
 
 func (h *harness) caddyfile(opts harnessOptions) string {
@@ -236,11 +269,6 @@ func (h *harness) ts() *turnstile { return runtimeOf(defaultName) }
 func (h *harness) status() Status {
 	h.t.Helper()
 	resp, err := h.client.Get(h.llm + "/healthz")
-	// Right after a reload, the old config's server may close a connection
-	// it accepted before reading from it: the GET is asked again.
-	for try := 1; err != nil && try < 3 && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)); try++ {
-		resp, err = h.client.Get(h.llm + "/healthz")
-	}
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -50,10 +50,15 @@ func (s *Server) run(j *job, epoch int) {
 	s.gpu.Mark("comfy", "taken "+j.id)
 	select {
 	case <-time.After(s.opts.TakeDelay):
+	case <-j.killed:
+		return // the process died between taking the job and starting it
 	case <-s.stop:
 		return
 	}
-	cached := s.loadModels(j)
+	cached, alive := s.loadModels(j)
+	if !alive {
+		return // the process died between taking the job and starting it
+	}
 	// The job can be interrupted from its start on; an interrupt that
 	// came before it was dropped, as ComfyUI clears the flag when a job
 	// starts executing.
@@ -86,15 +91,19 @@ func (s *Server) run(j *job, epoch int) {
 }
 
 // loadModels puts the job's models on the GPU unless they are there
-// already, and reports whether ComfyUI has the job's outputs cached.
-func (s *Server) loadModels(j *job) (cached bool) {
+// already, and reports whether ComfyUI has the job's outputs cached;
+// alive is false if a restart dropped the job first.
+func (s *Server) loadModels(j *job) (cached, alive bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.running != j {
+		return false, false
+	}
 	if s.release == nil {
 		s.release = s.gpu.Occupy("comfy", "load models for "+j.id)
 		s.reserved = s.opts.ModelBytes
 	}
-	return s.cache[string(j.prompt)]
+	return s.cache[string(j.prompt)], true
 }
 
 // sendStart sends execution_start and execution_cached, and returns them
