@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -207,58 +208,28 @@ func (hr holdRoutes) list() map[string]any {
 	return map[string]any{"holds": holds}
 }
 
+// holdRequest is a POST /holds body, checked.
+type holdRequest struct {
+	ts    *turnstile
+	owner string
+	ttl   time.Duration
+	wait  time.Duration // the longest wait, from the request's arrival
+	now   bool          // "wait": false: 409 at once if the GPU cannot be held now
+}
+
 func (hr holdRoutes) create(w http.ResponseWriter, r *http.Request) error {
-	var req struct {
-		Turnstile string          `json:"turnstile"`
-		Owner     string          `json:"owner"`
-		TTL       json.RawMessage `json:"ttl"`
-		// Wait false: answer 409 at once if the GPU cannot be held now.
-		Wait *bool `json:"wait"`
-		// How long to wait for the GPU, from the request's arrival;
-		// default image_wait_timeout. Past it: 503, nothing held.
-		WaitTimeout json.RawMessage `json:"wait_timeout"`
-	}
-	// The body is read to its end before waiting: only then does the
-	// server notice a client that goes away (and cancel the wait).
-	if err := decodeBody(r, &req, false); err != nil {
-		return err
-	}
-	ts := hr.ts
-	switch {
-	case ts == nil:
-		var err error
-		if ts, err = adminTurnstile(req.Turnstile); err != nil {
-			return err
-		}
-	case req.Turnstile != "" && req.Turnstile != ts.name:
-		return apiError(http.StatusBadRequest, "turnstile: %q, but this route holds turnstile %q", req.Turnstile, ts.name)
-	}
-	ttl, err := parseTTL(req.TTL, defaultHoldTTL)
+	req, err := hr.parseCreate(r)
 	if err != nil {
 		return err
 	}
-	owner := strings.TrimSpace(req.Owner)
-	if owner == "" {
-		owner = "unnamed"
-	}
-	if len(owner) > 200 {
-		return apiError(http.StatusBadRequest, "owner: longer than 200 bytes")
-	}
-	c := ts.cfg()
-	if c == nil { // a turnstile whose config has not started yet
-		return apiError(http.StatusServiceUnavailable, "turnstile %q is starting; try again in a moment", ts.name)
-	}
-	wait, err := parseSpan("wait_timeout", req.WaitTimeout, c.imageWait)
-	if err != nil {
-		return err
-	}
-	var h *gpu.Hold
-	ctx, cancel := context.WithDeadline(r.Context(), admit.Arrival(r).Add(wait))
+	ts := req.ts
+	ctx, cancel := context.WithDeadline(r.Context(), admit.Arrival(r).Add(req.wait))
 	defer cancel()
-	if req.Wait != nil && !*req.Wait {
-		h, err = ts.TryHold(r.Context(), owner, ttl)
+	var h *gpu.Hold
+	if req.now {
+		h, err = ts.TryHold(r.Context(), req.owner, req.ttl)
 	} else {
-		h, err = ts.TakeHold(gpu.WithWaiter(ctx, gpu.Waiter{Path: r.URL.Path}), owner, ttl)
+		h, err = ts.TakeHold(gpu.WithWaiter(ctx, gpu.Waiter{Path: r.URL.Path}), req.owner, req.ttl)
 	}
 	switch {
 	case err == nil:
@@ -272,11 +243,53 @@ func (hr holdRoutes) create(w http.ResponseWriter, r *http.Request) error {
 		return nil // the client went away; nothing is held
 	case ctx.Err() != nil:
 		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(ts.retryAfter(ts.cfg()))))
-		return apiError(http.StatusServiceUnavailable, "waited %v (wait_timeout) for the GPU, busy (%s); no hold was taken", wait, ts.lock.State())
+		return apiError(http.StatusServiceUnavailable, "waited %v (wait_timeout) for the GPU, busy (%s); no hold was taken", req.wait, ts.lock.State())
 	case errors.Is(err, gpu.ErrHoldPrepare):
 		return apiError(http.StatusServiceUnavailable, "%v", err)
 	}
 	return err
+}
+
+// parseCreate reads and checks a POST /holds body. It is read to its end
+// before the request waits: only then does the server notice a client
+// that goes away (and cancel the wait).
+func (hr holdRoutes) parseCreate(r *http.Request) (holdRequest, error) {
+	var body struct {
+		Turnstile   string          `json:"turnstile"`
+		Owner       string          `json:"owner"`
+		TTL         json.RawMessage `json:"ttl"`
+		Wait        *bool           `json:"wait"`
+		WaitTimeout json.RawMessage `json:"wait_timeout"` // default image_wait_timeout
+	}
+	if err := decodeBody(r, &body, false); err != nil {
+		return holdRequest{}, err
+	}
+	req := holdRequest{ts: hr.ts, now: body.Wait != nil && !*body.Wait}
+	switch {
+	case req.ts == nil:
+		var err error
+		if req.ts, err = adminTurnstile(body.Turnstile); err != nil {
+			return holdRequest{}, err
+		}
+	case body.Turnstile != "" && body.Turnstile != req.ts.name:
+		return holdRequest{}, apiError(http.StatusBadRequest, "turnstile: %q, but this route holds turnstile %q", body.Turnstile, req.ts.name)
+	}
+	var err error
+	if req.ttl, err = parseTTL(body.TTL, defaultHoldTTL); err != nil {
+		return holdRequest{}, err
+	}
+	if req.owner = strings.TrimSpace(body.Owner); req.owner == "" {
+		req.owner = "unnamed"
+	}
+	if len(req.owner) > 200 {
+		return holdRequest{}, apiError(http.StatusBadRequest, "owner: longer than 200 bytes")
+	}
+	c := req.ts.cfg()
+	if c == nil { // a turnstile whose config has not started yet
+		return holdRequest{}, apiError(http.StatusServiceUnavailable, "turnstile %q is starting; try again in a moment", req.ts.name)
+	}
+	req.wait, err = parseSpan("wait_timeout", body.WaitTimeout, c.imageWait)
+	return req, err
 }
 
 // holdBlocker is what keeps a hold from being granted at once.
