@@ -39,12 +39,6 @@ import (
 //
 // The LLM fast path (the GPU is free) never reaches any of this.
 
-// wait_buffer_limit's default and largest value.
-const (
-	defaultWaitBufferLimit = 256 << 20
-	maxWaitBufferLimit     = 1 << 40
-)
-
 // discardLimit bounds how much of a refused request's body is read (and
 // dropped) so that the client gets the busy answer.
 const discardLimit = 64 << 20
@@ -131,7 +125,7 @@ type WaitBufferStatus struct {
 func (b *waitBudget) status(c *config) WaitBufferStatus {
 	st := WaitBufferStatus{Bytes: b.bytes.Load(), Peak: b.peak.Load()}
 	if c != nil {
-		st.Limit = c.waitBufferLimit
+		st.Limit = c.WaitBuffer
 	}
 	return st
 }
@@ -166,7 +160,7 @@ func (ts *turnstile) admitWait(w http.ResponseWriter, r *http.Request, c *config
 		return nil, ts.overload(c, "max_waiting")
 	}
 	t := &waitTicket{ts: ts, waiting: true}
-	body, err := ts.readBy(w, r, c, min(bodyLimit, c.waitBufferLimit), deadline)
+	body, err := ts.readBy(w, r, c, min(bodyLimit, c.WaitBuffer), deadline)
 	if err != nil {
 		t.stopWaiting()
 		return nil, err
@@ -202,7 +196,7 @@ func (ts *turnstile) overload(c *config, option string) *overloadError {
 	if warned.CompareAndSwap(false, true) {
 		ts.log().Warn("requests that would wait for the GPU are answered busy until the waiting ones drain",
 			zap.String("limit", option), zap.Int64("wait_buffer_bytes", b.bytes.Load()),
-			zap.Int64("wait_buffer_limit", c.waitBufferLimit), zap.Int64("waiting", b.waiting.Load()),
+			zap.Int64("wait_buffer_limit", c.WaitBuffer), zap.Int64("waiting", b.waiting.Load()),
 			zap.Int("max_waiting", c.MaxWaiting))
 	}
 	ts.metrics.busyOverload.Inc()
@@ -246,30 +240,11 @@ func (ts *turnstile) refuseWait(w http.ResponseWriter, r *http.Request, c *confi
 		msg = fmt.Sprintf("gpu_turnstile: %d requests already wait for the GPU (max_waiting); retry after %ds", c.MaxWaiting, retry)
 	} else {
 		msg = fmt.Sprintf("gpu_turnstile: the requests waiting for the GPU already hold %s of request bodies (wait_buffer_limit); retry after %ds",
-			humanize.IBytes(uint64(c.waitBufferLimit)), retry)
+			humanize.IBytes(uint64(c.WaitBuffer)), retry)
 	}
 	if image == nil {
-		httpapi.Write(w, httpapi.ShapeOf(cleanPath(r), ""), httpapi.Error{Status: c.busyStatus, Code: "gpu_busy", Message: msg, RetryAfter: retry})
+		httpapi.Write(w, httpapi.ShapeOf(cleanPath(r), ""), httpapi.Error{Status: c.BusyStatus, Code: "gpu_busy", Message: msg, RetryAfter: retry})
 		return nil
 	}
 	return writeImageError(w, image, httpapi.Error{Status: http.StatusServiceUnavailable, Code: "gpu_busy", Message: msg, RetryAfter: retry})
-}
-
-// validateBudget checks wait_buffer_limit and max_waiting and fills in
-// the default.
-func validateBudget(s Settings, c *config) error {
-	switch {
-	case s.WaitBufferLimit < 0:
-		return fmt.Errorf("wait_buffer_limit: %d is negative", s.WaitBufferLimit)
-	case s.WaitBufferLimit > maxWaitBufferLimit:
-		return fmt.Errorf("wait_buffer_limit: %d is over 1TiB", s.WaitBufferLimit)
-	case s.WaitBufferLimit == 0:
-		c.waitBufferLimit = defaultWaitBufferLimit
-	default:
-		c.waitBufferLimit = s.WaitBufferLimit
-	}
-	if s.MaxWaiting < 0 {
-		return fmt.Errorf("max_waiting: %d is negative", s.MaxWaiting)
-	}
-	return nil
 }

@@ -1,6 +1,8 @@
 package turnstile
 
 import (
+	tcfg "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -56,7 +58,7 @@ func TestWaitBufferLimitBoundsWaitingBodies(t *testing.T) {
 		size, settings = 1<<20, "wait_buffer_limit 32MiB"
 	}
 	h := newHarness(t, harnessOptions{settings: settings})
-	limit := h.ts().cfg().waitBufferLimit
+	limit := h.ts().cfg().WaitBuffer
 	if want := int64(32 * size); limit != want {
 		t.Fatalf("wait_buffer_limit %d, want %d (256 MiB by default)", limit, want)
 	}
@@ -305,7 +307,7 @@ func TestRequestBodyMaxSizeComesFirst(t *testing.T) {
 // with its warnings observed.
 func bareTurnstile(t testing.TB, s Settings) (*turnstile, *observer.ObservedLogs) {
 	s.Ollama = "http://127.0.0.1:1"
-	c, err := s.validate()
+	c, err := tcfg.Validate(s)
 	if err != nil {
 		t.Fatal(err)
 	}

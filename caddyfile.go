@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	tcfg "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 )
 
@@ -31,14 +31,6 @@ func init() {
 	// Like the status: a responder, after the auth directives that guard it.
 	httpcaddyfile.RegisterDirectiveOrder("gpu_turnstile_holds", httpcaddyfile.Before, "respond")
 }
-
-// nameRE is a turnstile's name: it names the turnstile's folder in Caddy's
-// storage (its holds), so "." and ".." are no names.
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9_.-]*$`)
-
-// nameRule says what nameRE takes, for messages. Engine names follow it
-// too: they are metric labels, and a handler's engine option names them.
-const nameRule = "want letters, digits, '_', '-' and '.' (not first)"
 
 // parseGlobalOption parses the global option; it may appear once per
 // turnstile name:
@@ -82,8 +74,8 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 	name := defaultName
 	if d.NextArg() {
 		name = d.Val()
-		if !nameRE.MatchString(name) {
-			return nil, d.Errf("gpu_turnstile: invalid turnstile name %q: %s", name, nameRule)
+		if !tcfg.ValidName(name) {
+			return nil, d.Errf("gpu_turnstile: invalid turnstile name %q: %s", name, tcfg.NameRule)
 		}
 		if d.NextArg() {
 			return nil, d.ArgErr()
@@ -103,7 +95,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 			return nil, err
 		}
 	}
-	if _, err := s.validate(); err != nil {
+	if _, err := tcfg.Validate(*s); err != nil {
 		// A check across options is reported at the option at fault,
 		// not at the block's closing brace.
 		if line, ok := at.lineOf(err, s); ok {
@@ -159,7 +151,7 @@ func parseDirective[H turnstileHandler](newHandler func() H) httpcaddyfile.Unmar
 		if err != nil {
 			return nil, err
 		}
-		if e, ok := any(m).(interface{ engineName() string }); ok && e.engineName() != "" && !s.hasImageEngine(e.engineName()) {
+		if e, ok := any(m).(interface{ engineName() string }); ok && e.engineName() != "" && !s.HasImageEngine(e.engineName()) {
 			return nil, h.Errf("engine %q: turnstile %q has no image engine of that name", e.engineName(), orDefault(m.turnstileName()))
 		}
 		return m, nil
@@ -336,15 +328,15 @@ func (b *blockLines) note(opt string, line int) {
 // among its class's engines, any other by the option that begins the
 // message (settings errors begin with the option's name).
 func (b *blockLines) lineOf(err error, s *Settings) (int, bool) {
-	var ee *engineError
+	var ee *tcfg.EngineError
 	if errors.As(err, &ee) {
-		lines := b.engineOption[ee.class]
-		short := map[string]string{"llm": "ollama", "image": "comfy"}[ee.class]
-		if line, ok := b.shorthand[short]; ok && s.shorthand(ee.class) != "" {
+		lines := b.engineOption[ee.Class]
+		short := map[string]string{"llm": "ollama", "image": "comfy"}[ee.Class]
+		if line, ok := b.shorthand[short]; ok && s.Shorthand(ee.Class) != "" {
 			lines = append([]int{line}, lines...)
 		}
-		if ee.index < len(lines) {
-			return lines[ee.index], true
+		if ee.Index < len(lines) {
+			return lines[ee.Index], true
 		}
 		return 0, false
 	}

@@ -140,9 +140,9 @@ func (p proxyArgs) reverseProxy(h httpcaddyfile.Helper, s *Settings) (*reversepr
 	if name == "" {
 		name = defaultName
 	}
-	es, opt, class, ok := s.engineNamed(p.engine.Text)
+	es, opt, class, ok := s.EngineNamed(p.engine.Text)
 	if !ok {
-		return nil, errAt(p.engine, "gpu_turnstile_proxy: turnstile %q has no engine named %q (engines: %s)", name, p.engine.Text, s.engineNameList())
+		return nil, errAt(p.engine, "gpu_turnstile_proxy: turnstile %q has no engine named %q (engines: %s)", name, p.engine.Text, s.EngineNameList())
 	}
 	upstream, err := route.Upstream(es.URL)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/dustin/go-humanize"
 
+	tcfg "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
 )
@@ -66,7 +67,7 @@ var settingParsers = map[string]func(*caddyfile.Dispenser, *Settings) error{
 	},
 	"backoff": parseBackoff,
 	"prompt_capture_limit": func(d *caddyfile.Dispenser, s *Settings) error {
-		return parseSize(d, 64, maxPromptCaptureLimit, &s.PromptCaptureLimit, "a size from 64B to 1GiB (e.g. 64KiB)")
+		return parseSize(d, 64, tcfg.MaxPromptCaptureLimit, &s.PromptCaptureLimit, "a size from 64B to 1GiB (e.g. 64KiB)")
 	},
 	"min_free_vram": func(d *caddyfile.Dispenser, s *Settings) error {
 		return parseSize(d, 1, 1<<62, &s.MinFreeVRAM, "a size (e.g. 20GiB)")
@@ -83,7 +84,7 @@ var settingParsers = map[string]func(*caddyfile.Dispenser, *Settings) error{
 		return parseInt(d, 0, 1<<31-1, &s.MaxImageStreak, "a whole number >= 0")
 	},
 	"wait_buffer_limit": func(d *caddyfile.Dispenser, s *Settings) error {
-		return parseSize(d, 1, maxWaitBufferLimit, &s.WaitBufferLimit, "a size from 1B to 1TiB (e.g. 256MiB)")
+		return parseSize(d, 1, tcfg.MaxWaitBufferLimit, &s.WaitBufferLimit, "a size from 1B to 1TiB (e.g. 256MiB)")
 	},
 	"max_waiting": func(d *caddyfile.Dispenser, s *Settings) error {
 		return parseInt(d, 1, 1<<31-1, &s.MaxWaiting, "a whole number >= 1")
@@ -120,8 +121,8 @@ func parseEngine(d *caddyfile.Dispenser, dst *[]EngineSettings) error {
 		return d.Errf("%s: want `%s KIND URL [{ name NAME }]`", opt, opt)
 	}
 	es := EngineSettings{Kind: args[0], URL: args[1]}
-	if engineKinds[opt][es.Kind] == nil {
-		return d.Errf("%s: kind %q: want one of %s", opt, es.Kind, kindNames(opt))
+	if !tcfg.IsKind(opt, es.Kind) {
+		return d.Errf("%s: kind %q: want one of %s", opt, es.Kind, tcfg.KindNames(opt))
 	}
 	if err := jsonhttp.CheckURL(es.URL); err != nil {
 		return d.Errf("%s %s: invalid URL %q: %v", opt, es.Kind, gpu.RedactURL(es.URL), err)
@@ -138,8 +139,8 @@ func parseEngine(d *caddyfile.Dispenser, dst *[]EngineSettings) error {
 		if err != nil {
 			return err
 		}
-		if !nameRE.MatchString(v) {
-			return d.Errf("%s %s: name %q: %s", opt, es.Kind, v, nameRule)
+		if !tcfg.ValidName(v) {
+			return d.Errf("%s %s: name %q: %s", opt, es.Kind, v, tcfg.NameRule)
 		}
 		es.Name = v
 	}

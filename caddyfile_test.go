@@ -1,6 +1,8 @@
 package turnstile
 
 import (
+	tcfg "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
+
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -297,7 +299,7 @@ func FuzzCaddyfile(f *testing.F) {
 			t.Fatal(err)
 		}
 		for name, s := range app.Turnstiles {
-			if _, err := s.validate(); err != nil {
+			if _, err := tcfg.Validate(*s); err != nil {
 				t.Fatalf("%s adapted but does not validate: %v\n%s", name, err, body)
 			}
 		}

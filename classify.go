@@ -156,12 +156,12 @@ type engineRoutes struct {
 
 // routesOf is the engineRoutes of the engine named name.
 func routesOf(c *config, name string) (engineRoutes, bool) {
-	for _, e := range c.gpu.LLMs {
+	for _, e := range c.GPU.LLMs {
 		if e.Name() == name {
 			return engineRoutes{kind: e.Kind(), llm: true}, true
 		}
 	}
-	for _, e := range c.gpu.Images {
+	for _, e := range c.GPU.Images {
 		if e.Name() == name {
 			return engineRoutes{kind: e.Kind()}, true
 		}

@@ -71,7 +71,7 @@ func (h *Handler) engineOf(r *http.Request, c class) gpu.Engine {
 		}
 	}
 	p := cleanPath(r)
-	return cfg.gpu.EngineFor(upstreamHostport(r), httpapi.RouteKind(p), c == classLLM || strings.HasPrefix(p, "/v1/"))
+	return cfg.GPU.EngineFor(upstreamHostport(r), httpapi.RouteKind(p), c == classLLM || strings.HasPrefix(p, "/v1/"))
 }
 
 // upstreamHostport is the upstream reverse_proxy dialled for r, or "".

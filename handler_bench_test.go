@@ -1,6 +1,8 @@
 package turnstile
 
 import (
+	tcfg "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
+
 	"context"
 	"net/http"
 	"net/http/httptest"
@@ -13,13 +15,13 @@ import (
 // benchHandler is a gpu_turnstile handler on a fresh turnstile, without
 // Caddy around it, so the benchmark measures the middleware alone.
 func benchHandler(b *testing.B) *Handler {
-	c, err := Settings{Ollama: "http://127.0.0.1:1"}.validate()
+	c, err := tcfg.Validate(Settings{Ollama: "http://127.0.0.1:1"})
 	if err != nil {
 		b.Fatal(err)
 	}
 	ts := newTurnstile("bench")
 	ts.cfgp.Store(c)
-	return &Handler{class: classAuto, ts: ts, guard: c.routes}
+	return &Handler{class: classAuto, ts: ts, guard: c.Routes}
 }
 
 // benchRequest is a request as Caddy's reverse_proxy leaves it: proxied
@@ -77,11 +79,11 @@ func BenchmarkHandlerPassthrough(b *testing.B) {
 // llmInUseHandler is a handler whose GPU is in LLM use (one shared place
 // held), so that an LLM request takes the fast path.
 func llmInUseHandler(name string) *Handler {
-	c, _ := Settings{Ollama: "http://127.0.0.1:1"}.validate()
+	c, _ := tcfg.Validate(Settings{Ollama: "http://127.0.0.1:1"})
 	ts := newTurnstile(name)
 	ts.cfgp.Store(c)
 	ts.lock.TryAcquireShared()
-	return &Handler{class: classAuto, ts: ts, guard: c.routes}
+	return &Handler{class: classAuto, ts: ts, guard: c.Routes}
 }
 
 // allocsPerRequest is what h allocates per request r, served again and

@@ -15,6 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/admit"
+	tcfg "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 )
@@ -73,7 +74,7 @@ func (h *HoldsHandler) Provision(ctx caddy.Context) error {
 
 // Validate checks the turnstile's name.
 func (h *HoldsHandler) Validate() error {
-	if h.Turnstile != "" && !nameRE.MatchString(h.Turnstile) {
+	if h.Turnstile != "" && !tcfg.ValidName(h.Turnstile) {
 		return fmt.Errorf("gpu_turnstile_holds: invalid turnstile name %q", h.Turnstile)
 	}
 	return nil
@@ -288,7 +289,7 @@ func (hr holdRoutes) parseCreate(r *http.Request) (holdRequest, error) {
 	if c == nil { // a turnstile whose config has not started yet
 		return holdRequest{}, apiError(http.StatusServiceUnavailable, "turnstile %q is starting; try again in a moment", req.ts.name)
 	}
-	req.wait, err = parseSpan("wait_timeout", body.WaitTimeout, c.imageWait)
+	req.wait, err = parseSpan("wait_timeout", body.WaitTimeout, c.ImageWait)
 	return req, err
 }
 

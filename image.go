@@ -34,7 +34,7 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 	if e == nil {
 		return h.serveWithoutEngine(w, r, next, c)
 	}
-	deadline := admit.Arrival(r).Add(c.imageWait)
+	deadline := admit.Arrival(r).Add(c.ImageWait)
 	ticket, err := ts.admitWait(w, r, c, imageBodyLimit, deadline)
 	if errors.Is(err, admit.ErrLate) {
 		return ts.imageWaitedTooLong(w, r, c, e)
@@ -89,12 +89,12 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 func (ts *turnstile) imageWaitedTooLong(w http.ResponseWriter, r *http.Request, c *config, e gpu.ImageEngine) error {
 	ts.metrics.busyTimeout.Inc()
 	ts.log().Warn("image job waited image_wait_timeout for the GPU; answered busy",
-		zap.Duration("image_wait_timeout", c.imageWait), zap.String("engine", e.Name()), zap.String("path", r.URL.Path))
+		zap.Duration("image_wait_timeout", c.ImageWait), zap.String("engine", e.Name()), zap.String("path", r.URL.Path))
 	retry := retryAfterSeconds(ts.retryAfter(c))
 	admit.CloseAfter(w, r)
 	return writeImageError(w, e, httpapi.Error{Status: http.StatusServiceUnavailable, Code: "gpu_busy", RetryAfter: retry,
 		Message: fmt.Sprintf("gpu_turnstile: waited %v (image_wait_timeout) for the GPU, busy (%s); nothing was sent to %s; retry after %ds",
-			c.imageWait, ts.lock.State(), e.Name(), retry)})
+			c.ImageWait, ts.lock.State(), e.Name(), retry)})
 }
 
 // serveQueuedJob forwards a job to an engine that queues it (ComfyUI)
@@ -105,9 +105,9 @@ func (ts *turnstile) imageWaitedTooLong(w http.ResponseWriter, r *http.Request, 
 func (ts *turnstile) serveQueuedJob(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, c *config, job *gpu.ImageJob) error {
 	e := job.Engine()
 	sctx, span := ts.startSubmit(r, e)
-	fctx, cancel := context.WithTimeout(sctx, c.gpu.JobTimeout)
+	fctx, cancel := context.WithTimeout(sctx, c.GPU.JobTimeout)
 	defer cancel()
-	cw := newCaptureWriter(w, c.captureLimit)
+	cw := newCaptureWriter(w, c.CaptureLimit)
 	returned := false
 	defer func() {
 		if !returned {
@@ -148,7 +148,7 @@ func (h *Handler) serveWithoutEngine(w http.ResponseWriter, r *http.Request, nex
 // imageRouteIsLLM reports whether an image route with no engine of its
 // kind is LLM work: A1111's, when the turnstile has LLM engines.
 func (h *Handler) imageRouteIsLLM(c *config, r *http.Request) bool {
-	return h.class == classAuto && imageKind(cleanPath(r)) == "a1111" && len(c.gpu.LLMs) > 0
+	return h.class == classAuto && imageKind(cleanPath(r)) == "a1111" && len(c.GPU.LLMs) > 0
 }
 
 // serveSyncJob forwards a job whose answer comes at its end (A1111),
@@ -157,7 +157,7 @@ func (h *Handler) imageRouteIsLLM(c *config, r *http.Request) bool {
 // bounds it; past it, the job is interrupted.
 func (ts *turnstile) serveSyncJob(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, c *config, job *gpu.ImageJob) error {
 	sctx, span := ts.startSubmit(r, job.Engine())
-	fctx, cancel := context.WithTimeout(sctx, c.gpu.JobTimeout)
+	fctx, cancel := context.WithTimeout(sctx, c.GPU.JobTimeout)
 	defer cancel()
 	rec := newCaptureWriter(w, 0) // for its status
 	returned := false
@@ -228,19 +228,19 @@ func (h *Handler) imageEngine(c *config, r *http.Request) gpu.ImageEngine {
 		return imageEngineNamed(c, h.Engine)
 	}
 	kind := imageKind(cleanPath(r))
-	for _, e := range c.gpu.Images {
+	for _, e := range c.GPU.Images {
 		if e.Kind() == kind {
 			return e
 		}
 	}
-	if kind == "" && h.class == classImage && len(c.gpu.Images) > 0 {
-		return c.gpu.Images[0]
+	if kind == "" && h.class == classImage && len(c.GPU.Images) > 0 {
+		return c.GPU.Images[0]
 	}
 	return nil
 }
 
 func imageEngineNamed(c *config, name string) gpu.ImageEngine {
-	for _, e := range c.gpu.Images {
+	for _, e := range c.GPU.Images {
 		if e.Name() == name {
 			return e
 		}

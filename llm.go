@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/admit"
+	tcfg "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 )
@@ -44,8 +45,8 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 		return h.serveDuringJob(w, r, next)
 	}
 	c := ts.cfg()
-	wait := c.llmWait
-	if c.reject {
+	wait := c.LLMWait
+	if c.Reject {
 		// Right after start-up the GPU is held only while the engines
 		// are probed (is work queued? is memory held?); that is no reason
 		// to turn requests away, so they wait for the answer.
@@ -53,7 +54,7 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 			ts.metrics.busyReject.Inc()
 			return ts.writeBusy(w, r, c, "reject")
 		}
-		wait = c.gpu.ProbeTimeout
+		wait = c.GPU.ProbeTimeout
 	}
 	// The wait counts from the request's arrival: a body that trickles
 	// in is waited for within it, not before it.
@@ -119,7 +120,7 @@ func (h *Handler) serveDuringJob(w http.ResponseWriter, r *http.Request, next ca
 func (ts *turnstile) waitedTooLong(w http.ResponseWriter, r *http.Request, c *config) error {
 	ts.metrics.busyTimeout.Inc()
 	ts.log().Warn("LLM request waited llm_wait_timeout for the GPU; answered busy",
-		zap.Duration("llm_wait_timeout", c.llmWait), zap.String("path", r.URL.Path))
+		zap.Duration("llm_wait_timeout", c.LLMWait), zap.String("path", r.URL.Path))
 	admit.CloseAfter(w, r)
 	return ts.writeBusy(w, r, c, "timeout")
 }
@@ -135,9 +136,9 @@ func (ts *turnstile) writeBusy(w http.ResponseWriter, r *http.Request, c *config
 	}
 	msg := fmt.Sprintf("gpu_turnstile: the GPU is busy with %s; retry after %ds", why, retry)
 	if reason == "timeout" {
-		msg = fmt.Sprintf("gpu_turnstile: waited %v for the GPU, busy with %s; retry after %ds", c.llmWait, why, retry)
+		msg = fmt.Sprintf("gpu_turnstile: waited %v for the GPU, busy with %s; retry after %ds", c.LLMWait, why, retry)
 	}
-	httpapi.Write(w, httpapi.ShapeOf(cleanPath(r), ""), httpapi.Error{Status: c.busyStatus, Code: "gpu_busy", Message: msg, RetryAfter: retry})
+	httpapi.Write(w, httpapi.ShapeOf(cleanPath(r), ""), httpapi.Error{Status: c.BusyStatus, Code: "gpu_busy", Message: msg, RetryAfter: retry})
 	return nil
 }
 
@@ -146,8 +147,8 @@ func (ts *turnstile) writeBusy(w http.ResponseWriter, r *http.Request, c *config
 // busy_retry_after.
 func (ts *turnstile) retryAfter(c *config) time.Duration {
 	if !c.BusyRetryAfterAuto {
-		return c.retryAfter
+		return c.RetryAfter
 	}
-	wait := ts.EstimateWait(defaultBusyRetryAfter)
-	return min(max(wait, time.Second), c.retryAfter)
+	wait := ts.EstimateWait(tcfg.DefaultBusyRetryAfter)
+	return min(max(wait, time.Second), c.RetryAfter)
 }

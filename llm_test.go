@@ -194,7 +194,7 @@ func TestReloadKeepsTheLock(t *testing.T) {
 	if h.ts() != before {
 		t.Fatal("the reload made a new turnstile")
 	}
-	if h.ts().cfg().retryAfter != 45*time.Second {
+	if h.ts().cfg().RetryAfter != 45*time.Second {
 		t.Fatal("the reload's settings were not applied")
 	}
 	img := h.postAsync(context.Background(), h.image+"/prompt", promptBody(10))
@@ -221,7 +221,7 @@ func TestFailedReloadChangesNothing(t *testing.T) {
 	if err := loadCaddyfile(bad); err == nil || !strings.Contains(err.Error(), "nope") {
 		t.Fatalf("bad reload: %v, want an error naming the turnstile", err)
 	}
-	if got := h.ts().cfg().retryAfter; got != 45*time.Second {
+	if got := h.ts().cfg().RetryAfter; got != 45*time.Second {
 		t.Fatalf("a failed reload changed busy_retry_after to %v", got)
 	}
 	r := h.post(context.Background(), h.llm+"/api/chat", chatBody("llama3.2", false))

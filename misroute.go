@@ -5,28 +5,11 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
-
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
 )
 
 // upstreamVar is the placeholder in which Caddy's reverse_proxy puts the
 // host:port of the upstream it chose for the request.
 const upstreamVar = "http.reverse_proxy.upstream.hostport"
-
-// validateRoutes makes the config's guard against misrouting: a
-// turnstile's engines, as this config defines them.
-func validateRoutes(_ Settings, c *config) error {
-	var urls []string
-	for _, e := range c.gpu.LLMs {
-		urls = append(urls, e.URL())
-	}
-	for _, e := range c.gpu.Images {
-		urls = append(urls, e.URL())
-	}
-	g, err := route.NewGuard(urls)
-	c.routes = g
-	return err
-}
 
 // checkRoute looks, once next has returned, at where reverse_proxy sent a
 // request this handler guarded: an upstream that is none of the
@@ -60,7 +43,7 @@ func (h *Handler) lookAtRoute(r *http.Request) {
 	h.ts.metrics.misrouted.Inc()
 	if first {
 		h.ts.log().Error("a guarded request was proxied to an upstream that is none of the turnstile's engines: the GPU may be shared unseen; proxy to the engine's URL (gpu_turnstile_proxy does)",
-			zap.String("upstream", hostport), zap.Strings("engines", engineSummary(h.ts.cfg())), zap.String("path", r.URL.Path))
+			zap.String("upstream", hostport), zap.Strings("engines", h.ts.cfg().EngineSummary()), zap.String("path", r.URL.Path))
 	}
 }
 

@@ -1,6 +1,8 @@
 package turnstile
 
 import (
+	tcfg "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
+
 	"context"
 	"net/http"
 	"net/http/httptest"
@@ -141,7 +143,7 @@ func hostOf(t *testing.T, raw string) string {
 // requests is counted, then one in route.Every; the upstream is logged
 // once, at error.
 func TestMisroutedCountedThenSampled(t *testing.T) {
-	c, err := Settings{Ollama: "http://127.0.0.1:1"}.validate()
+	c, err := tcfg.Validate(Settings{Ollama: "http://127.0.0.1:1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +152,7 @@ func TestMisroutedCountedThenSampled(t *testing.T) {
 	ts.cfgp.Store(c)
 	core, logs := observer.New(zapcore.InfoLevel)
 	ts.logp.Store(zap.New(core))
-	h := &Handler{class: classAuto, ts: ts, guard: c.routes}
+	h := &Handler{class: classAuto, ts: ts, guard: c.Routes}
 	to := func(upstream string) *http.Request {
 		r := benchRequest("POST", "/api/chat")
 		r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer).Set(upstreamVar, upstream)

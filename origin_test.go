@@ -1,6 +1,8 @@
 package turnstile
 
 import (
+	tcfg "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -168,7 +170,7 @@ func TestStatusControlsRefuseCrossSite(t *testing.T) {
 func FuzzHoldRequest(f *testing.F) {
 	ts := newTurnstile("fuzz")
 	f.Cleanup(ts.Close)
-	c, err := Settings{Ollama: "http://127.0.0.1:1"}.validate()
+	c, err := tcfg.Validate(Settings{Ollama: "http://127.0.0.1:1"})
 	if err != nil {
 		f.Fatal(err)
 	}

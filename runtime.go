@@ -57,7 +57,7 @@ func (ts *turnstile) log() *zap.Logger { return ts.logp.Load() }
 func (ts *turnstile) apply(c *config, log *zap.Logger) {
 	ts.cfgp.Store(c)
 	ts.logp.Store(log)
-	ts.Apply(&c.gpu, log)
+	ts.Apply(&c.GPU, log)
 }
 
 // Interface guards

@@ -44,7 +44,7 @@ func (ts *turnstile) statusOf(g gpu.Status) Status {
 	st.WaitBuffer = ts.budget.status(c)
 	if c != nil {
 		st.WaitingLimit = c.MaxWaiting
-		st.Warnings = c.routes.Warnings()
+		st.Warnings = c.Routes.Warnings()
 	}
 	return st
 }

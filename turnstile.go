@@ -24,7 +24,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
-	configjson "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
+	tcfg "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
 )
 
@@ -55,7 +55,7 @@ func (a *App) UnmarshalJSON(b []byte) error {
 	var raw struct {
 		Turnstiles map[string]json.RawMessage `json:"turnstiles,omitempty"`
 	}
-	if err := configjson.DecodeFields(b, &raw); err != nil {
+	if err := tcfg.DecodeFields(b, &raw); err != nil {
 		return err
 	}
 	a.Turnstiles = make(map[string]*Settings, len(raw.Turnstiles))
@@ -88,21 +88,21 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.configs = map[string]*config{}
 	a.runtimes = map[string]*turnstile{}
 	for _, name := range a.names() {
-		if !nameRE.MatchString(name) {
-			return fmt.Errorf("gpu_turnstile: turnstile name %q: %s", name, nameRule)
+		if !tcfg.ValidName(name) {
+			return fmt.Errorf("gpu_turnstile: turnstile name %q: %s", name, tcfg.NameRule)
 		}
 		s := a.Turnstiles[name]
 		if s == nil {
 			return fmt.Errorf("gpu_turnstile %s: no settings", name)
 		}
-		c, err := s.validate()
+		c, err := tcfg.Validate(*s)
 		if err == nil {
-			err = c.locate()
+			err = c.Locate()
 		}
 		if err != nil {
 			return fmt.Errorf("gpu_turnstile %s: %v", name, err)
 		}
-		c.gpu.HoldStore = newHoldStore(ctx.Storage(), name)
+		c.GPU.HoldStore = newHoldStore(ctx.Storage(), name)
 		a.configs[name] = c
 		ts, _, err := turnstiles.LoadOrNew(name, func() (caddy.Destructor, error) {
 			return newTurnstile(name), nil
@@ -131,19 +131,19 @@ func (a *App) Start() error {
 		c := a.configs[name]
 		log := a.logger.With(zap.String("turnstile", name))
 		ts.apply(c, log)
-		log.Info("gpu turnstile ready", zap.Strings("engines", engineSummary(c)),
-			zap.String("llm_busy_mode", map[bool]string{false: "wait", true: "reject"}[c.reject]),
-			zap.Int("llm_busy_status", c.busyStatus), zap.Duration("busy_retry_after", c.retryAfter),
-			zap.Duration("llm_wait_timeout", c.llmWait), zap.Duration("unload_timeout", c.gpu.UnloadTimeout),
-			zap.Duration("job_timeout", c.gpu.JobTimeout), zap.Duration("free_timeout", c.gpu.FreeTimeout),
-			zap.String("warm_model", c.WarmModel), zap.Duration("warm_timeout", c.gpu.WarmTimeout),
-			zap.Duration("unload_poll_interval", c.gpu.UnloadPoll), zap.Duration("history_poll_interval", c.historyPoll),
-			zap.Duration("probe_timeout", c.gpu.ProbeTimeout), zap.Duration("backoff_initial", c.gpu.BackoffInitial),
-			zap.Duration("backoff_max", c.gpu.BackoffMax), zap.Int64("prompt_capture_limit", c.captureLimit),
+		log.Info("gpu turnstile ready", zap.Strings("engines", c.EngineSummary()),
+			zap.String("llm_busy_mode", map[bool]string{false: "wait", true: "reject"}[c.Reject]),
+			zap.Int("llm_busy_status", c.BusyStatus), zap.Duration("busy_retry_after", c.RetryAfter),
+			zap.Duration("llm_wait_timeout", c.LLMWait), zap.Duration("unload_timeout", c.GPU.UnloadTimeout),
+			zap.Duration("job_timeout", c.GPU.JobTimeout), zap.Duration("free_timeout", c.GPU.FreeTimeout),
+			zap.String("warm_model", c.WarmModel), zap.Duration("warm_timeout", c.GPU.WarmTimeout),
+			zap.Duration("unload_poll_interval", c.GPU.UnloadPoll), zap.Duration("history_poll_interval", c.HistoryPoll),
+			zap.Duration("probe_timeout", c.GPU.ProbeTimeout), zap.Duration("backoff_initial", c.GPU.BackoffInitial),
+			zap.Duration("backoff_max", c.GPU.BackoffMax), zap.Int64("prompt_capture_limit", c.CaptureLimit),
 			zap.Int("max_image_streak", c.MaxImageStreak),
-			zap.Int64("wait_buffer_limit", c.waitBufferLimit), zap.Int("max_waiting", c.MaxWaiting),
-			zap.Strings("hold_while", presenceSummary(c)))
-		for cond, why := range c.gpu.PresenceOff {
+			zap.Int64("wait_buffer_limit", c.WaitBuffer), zap.Int("max_waiting", c.MaxWaiting),
+			zap.Strings("hold_while", c.PresenceSummary()))
+		for cond, why := range c.GPU.PresenceOff {
 			log.Warn(cond+" is "+why, zap.String("condition", cond))
 		}
 	}
@@ -262,7 +262,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if cfg == nil {
 		return fmt.Errorf("gpu_turnstile: turnstile %q is not in the config being loaded", h.ts.name)
 	}
-	h.guard = cfg.routes
+	h.guard = cfg.Routes
 	return h.provisionEngine(cfg)
 }
 
@@ -275,7 +275,7 @@ func (h *Handler) provisionEngine(c *config) error {
 		}
 		r, ok := routesOf(c, h.Engine)
 		if !ok {
-			return fmt.Errorf("gpu_turnstile: engine %q: turnstile %q has no engine of that name (engines: %s)", h.Engine, h.ts.name, c.engineNameList())
+			return fmt.Errorf("gpu_turnstile: engine %q: turnstile %q has no engine of that name (engines: %s)", h.Engine, h.ts.name, c.EngineNameList())
 		}
 		h.routes = r
 		return nil

@@ -22,7 +22,7 @@ func (ts *turnstile) readForWait(r *http.Request, c *config, limit int64) (*wait
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
-	wb := &waitBody{ts: ts, src: r.Body, limit: c.waitBufferLimit}
+	wb := &waitBody{ts: ts, src: r.Body, limit: c.WaitBuffer}
 	var err error
 	if r.ContentLength > 0 {
 		err = wb.readKnown(r.ContentLength, limit)

@@ -1,0 +1,160 @@
+package config
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
+)
+
+// engineList is a turnstile's engines of one class as configured: the
+// shorthand (`ollama URL`, `comfy URL`) first, then the `llm`/`image`
+// entries.
+func engineList(shorthand, kind string, more []EngineSettings) []EngineSettings {
+	var list []EngineSettings
+	if shorthand != "" {
+		list = append(list, EngineSettings{Kind: kind, URL: shorthand})
+	}
+	return append(list, more...)
+}
+
+// validateEngines builds every engine's client and adapter. Errors name
+// the option as the Caddyfile spells it.
+func validateEngines(s Settings, c *Turnstile) error {
+	llms := engineList(s.Ollama, "ollama", s.LLM)
+	images := engineList(s.Comfy, "comfyui", s.Image)
+	if len(llms)+len(images) == 0 {
+		return fmt.Errorf("no engine: at least one of ollama and comfy (or an llm or image engine) must be set")
+	}
+	names := map[string]string{}
+	for _, cl := range []struct {
+		class string
+		list  []EngineSettings
+	}{{"llm", llms}, {"image", images}} {
+		for i, es := range cl.list {
+			e, err := buildEngine(cl.class, es, c)
+			if err != nil {
+				return &EngineError{Class: cl.class, Index: i, err: err}
+			}
+			where := cl.class + " " + es.Kind + " " + gpu.RedactURL(es.URL)
+			if prev, dup := names[e.Name()]; dup {
+				return &EngineError{Class: cl.class, Index: i,
+					err: fmt.Errorf("%s: another engine (%s) is already named %q: give one of them a name", where, prev, e.Name())}
+			}
+			names[e.Name()] = where
+			switch e := e.(type) {
+			case gpu.LLMEngine:
+				c.GPU.LLMs = append(c.GPU.LLMs, e)
+			case gpu.ImageEngine:
+				c.GPU.Images = append(c.GPU.Images, e)
+			}
+		}
+	}
+	return nil
+}
+
+// buildEngine makes one engine of class from its settings.
+func buildEngine(class string, es EngineSettings, c *Turnstile) (gpu.Engine, error) {
+	k, ok := kinds[es.Kind]
+	if !ok || k.Class != class {
+		return nil, fmt.Errorf("%s: kind %q: want one of %s", class, es.Kind, KindNames(class))
+	}
+	if es.URL == "" {
+		return nil, fmt.Errorf("%s %s: no URL", class, es.Kind)
+	}
+	if err := jsonhttp.CheckURL(es.URL); err != nil {
+		return nil, fmt.Errorf("%s %s: URL %q: %v", class, es.Kind, gpu.RedactURL(es.URL), err)
+	}
+	name := es.Name
+	if name == "" {
+		name = es.Kind
+	}
+	if !ValidName(name) {
+		return nil, fmt.Errorf("%s %s: name %q: %s", class, es.Kind, name, NameRule)
+	}
+	e, err := k.build(name, es.URL, c)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %v", class, es.Kind, err)
+	}
+	return e, nil
+}
+
+// engineSummary describes each engine for the start-up log:
+// "class kind name url".
+func (c *Turnstile) EngineSummary() []string {
+	var out []string
+	for _, e := range c.GPU.LLMs {
+		out = append(out, "llm "+e.Kind()+" "+e.Name()+" "+gpu.RedactURL(e.URL()))
+	}
+	for _, e := range c.GPU.Images {
+		out = append(out, "image "+e.Kind()+" "+e.Name()+" "+gpu.RedactURL(e.URL()))
+	}
+	return out
+}
+
+// EngineError is an error in one engine's settings: the index-th of its
+// class, in the order engineList gives.
+type EngineError struct {
+	Class string // llm or image
+	Index int
+	err   error
+}
+
+func (e *EngineError) Error() string { return e.err.Error() }
+func (e *EngineError) Unwrap() error { return e.err }
+
+// Shorthand is the shorthand option's URL of class (ollama for llm, comfy
+// for image).
+func (s *Settings) Shorthand(class string) string {
+	if class == "llm" {
+		return s.Ollama
+	}
+	return s.Comfy
+}
+
+// HasImageEngine reports whether the settings have an image engine named
+// name.
+func (s *Settings) HasImageEngine(name string) bool {
+	for _, es := range engineList(s.Comfy, "comfyui", s.Image) {
+		if es.Name == name || (es.Name == "" && es.Kind == name) {
+			return true
+		}
+	}
+	return false
+}
+
+// EngineNamed finds the engine named name in the settings, with the
+// option that defines it (as the Caddyfile spells it: `ollama`, `llm
+// vllm`...) and its class.
+func (s *Settings) EngineNamed(name string) (es EngineSettings, opt, class string, ok bool) {
+	for _, cl := range []struct {
+		class, shorthand, kind, url string
+		more                        []EngineSettings
+	}{{"llm", "ollama", "ollama", s.Ollama, s.LLM}, {"image", "comfy", "comfyui", s.Comfy, s.Image}} {
+		if cl.url != "" && name == cl.kind {
+			return EngineSettings{Kind: cl.kind, URL: cl.url}, cl.shorthand, cl.class, true
+		}
+		for _, es := range cl.more {
+			if es.Name == name || (es.Name == "" && es.Kind == name) {
+				return es, cl.class + " " + es.Kind, cl.class, true
+			}
+		}
+	}
+	return EngineSettings{}, "", "", false
+}
+
+// EngineNameList lists the settings' engines by name, for messages.
+func (s *Settings) EngineNameList() string {
+	var names []string
+	for _, es := range append(engineList(s.Ollama, "ollama", s.LLM), engineList(s.Comfy, "comfyui", s.Image)...) {
+		name := es.Name
+		if name == "" {
+			name = es.Kind
+		}
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}

@@ -1,0 +1,202 @@
+package config
+
+import "github.com/caddyserver/caddy/v2"
+
+// Settings configure one turnstile: the GPU it guards and the engines that
+// share it. Every duration accepts Caddy's duration syntax; a zero or
+// absent value means the default.
+type Settings struct {
+	// Ollama's URL (e.g. http://127.0.0.1:11435). Empty disables the
+	// Ollama consumer: no unload or warm-up before and after image jobs.
+	Ollama string `json:"ollama,omitempty"`
+
+	// ComfyUI's URL (e.g. http://127.0.0.1:8189). Empty disables the
+	// ComfyUI consumer: image requests pass through untouched. At least one
+	// engine (ollama, comfy, llm or image) is required.
+	Comfy string `json:"comfy,omitempty"`
+
+	// More LLM engines, after ollama: Caddyfile `llm KIND URL [{ name
+	// NAME }]`, repeatable. Every one is emptied, and the emptying
+	// confirmed, before exclusive use.
+	LLM []EngineSettings `json:"llm,omitempty"`
+
+	// More image engines, after comfy: Caddyfile `image KIND URL [{ name
+	// NAME }]`, repeatable.
+	Image []EngineSettings `json:"image,omitempty"`
+
+	// What a blocked LLM request does: "wait" (default) holds it until the
+	// GPU is free, up to llm_wait_timeout; "reject" answers at once with
+	// llm_busy_status and Retry-After.
+	LLMBusyMode string `json:"llm_busy_mode,omitempty"`
+
+	// The status of busy answers, 400-599. Default 503; 429 suits clients
+	// that back off on rate limits.
+	LLMBusyStatus int `json:"llm_busy_status,omitempty"`
+
+	// The Retry-After of busy answers, rounded up to whole seconds.
+	// Default 30s. With busy_retry_after_auto it is the upper bound of
+	// the estimate instead.
+	BusyRetryAfter caddy.Duration `json:"busy_retry_after,omitempty"`
+
+	// BusyRetryAfterAuto estimates Retry-After from the work ahead: the
+	// running job's expected rest (from recent job durations), the image
+	// jobs queued behind it, a hold's remaining lease. Caddyfile:
+	// `busy_retry_after auto [MAX]`. Off by default.
+	BusyRetryAfterAuto bool `json:"busy_retry_after_auto,omitempty"`
+
+	// The longest an LLM request waits for the GPU in wait mode before a
+	// busy answer, counted from its arrival: the reading of its body is
+	// part of the wait. Default 10m.
+	LLMWaitTimeout caddy.Duration `json:"llm_wait_timeout,omitempty"`
+
+	// The longest an image job (a ComfyUI prompt, an A1111 request)
+	// waits for the GPU, counted from its arrival with its body's; past
+	// it the job is answered 503 in the engine's error shape, with
+	// Retry-After, and nothing reaches the engine. It is also the default
+	// "wait_timeout" of a hold request. Default 30m.
+	ImageWaitTimeout caddy.Duration `json:"image_wait_timeout,omitempty"`
+
+	// How long the LLM engines may take to empty (all at once) before an
+	// image job or a hold; past it the job is refused with 503. It bounds
+	// a wake (vLLM) too. Default 60s.
+	UnloadTimeout caddy.Duration `json:"unload_timeout,omitempty"`
+
+	// The longest an image job may hold the GPU; past it the job is
+	// interrupted, and the GPU released once it has stopped. Default 15m.
+	JobTimeout caddy.Duration `json:"job_timeout,omitempty"`
+
+	// How long an interrupted job may take to stop. ComfyUI stops a job
+	// only at its next node or sampler step, seconds later; until then
+	// the GPU stays ComfyUI's. Past the grace the failure is logged and
+	// the GPU goes on (after ComfyUI's free). Default 60s.
+	InterruptGrace caddy.Duration `json:"interrupt_grace,omitempty"`
+
+	// How long an image engine may take to free its memory after its
+	// work. Default 30s.
+	FreeTimeout caddy.Duration `json:"free_timeout,omitempty"`
+
+	// A model to load again after an image job or a hold ends, so the next
+	// chat starts warm. Off by default.
+	WarmModel string `json:"warm_model,omitempty"`
+
+	// How long the warm-up may take. Default 2m.
+	WarmTimeout caddy.Duration `json:"warm_timeout,omitempty"`
+
+	// The longest interval between /api/ps polls while Ollama unloads;
+	// polling starts fast and backs off to it. Default 500ms.
+	UnloadPollInterval caddy.Duration `json:"unload_poll_interval,omitempty"`
+
+	// How often a job's history is polled while ComfyUI's websocket is
+	// down (while it is up, its broadcasts end the wait at once).
+	// Default 1s.
+	HistoryPollInterval caddy.Duration `json:"history_poll_interval,omitempty"`
+
+	// How long the start-up probe of ComfyUI's queue may take. Default 5s.
+	ProbeTimeout caddy.Duration `json:"probe_timeout,omitempty"`
+
+	// The first retry delay when an upstream refuses connections (the
+	// websocket watch, the start-up probe). Default 1s.
+	BackoffInitial caddy.Duration `json:"backoff_initial,omitempty"`
+
+	// The cap of the exponential retry delay. Default 60s.
+	BackoffMax caddy.Duration `json:"backoff_max,omitempty"`
+
+	// How many bytes of a /prompt response are read to find its prompt_id.
+	// The client always gets the whole response, unbuffered. Default 65536.
+	PromptCaptureLimit int64 `json:"prompt_capture_limit,omitempty"`
+
+	// MinFreeVRAM, if set, is how many bytes of video memory must be free
+	// before the GPU changes hands: after Ollama's unload (before the
+	// prompt goes to ComfyUI; not reached within unload_timeout, the job
+	// is refused) and after ComfyUI's free (before LLM requests go; not
+	// reached within free_timeout, it is reported and they go anyway).
+	// Drivers free memory some seconds after a process lets go of it.
+	MinFreeVRAM int64 `json:"min_free_vram,omitempty"`
+
+	// VRAMProbe reads the card's free memory for min_free_vram: "comfy"
+	// (ComfyUI's /system_stats, the default when comfy is set) or
+	// "nvidia-smi". Each reading is bounded by probe_timeout.
+	VRAMProbe string `json:"vram_probe,omitempty"`
+
+	// GPUIndex is the device index the probe reads. Default 0.
+	GPUIndex int `json:"gpu_index,omitempty"`
+
+	// EarlyUnload asks Ollama to unload its models as soon as an image job
+	// or hold is waiting, instead of once the LLM requests have drained.
+	// Ollama unloads a model only after its running requests end, so they
+	// finish normally, and the unload is done by the time they are. Off
+	// by default.
+	EarlyUnload bool `json:"early_unload,omitempty"`
+
+	// MaxImageStreak bounds how many image jobs (or holds) in a row may
+	// take the GPU while LLM requests wait; then the waiting LLM requests
+	// get a turn. Zero (default) keeps strict image priority.
+	MaxImageStreak int `json:"max_image_streak,omitempty"`
+
+	// WaitBufferLimit bounds, in bytes, the request bodies that requests
+	// waiting for this GPU hold in memory together (each buffers up to
+	// 8 MiB, an image prompt 32 MiB, so that a client that leaves is
+	// noticed). They are counted from before they are read until the
+	// upstream has read them. A request that would go past it gets the
+	// busy answer at once; requests already waiting keep their place.
+	// Default 256 MiB.
+	WaitBufferLimit int64 `json:"wait_buffer_limit,omitempty"`
+
+	// MaxWaiting caps how many requests (LLM and image) may wait for this
+	// GPU at once; more get the busy answer at once. Zero (default): no
+	// cap.
+	MaxWaiting int `json:"max_waiting,omitempty"`
+
+	PresenceSettings
+}
+
+// UnmarshalJSON decodes the settings strictly (unknown fields are
+// refused, as Caddy refuses them elsewhere), naming the field of any value
+// it refuses: encoding/json names none for a duration that does not parse.
+func (s *Settings) UnmarshalJSON(b []byte) error {
+	type plain Settings // the fields, without this method
+	return DecodeFields(b, (*plain)(s))
+}
+
+// EngineSettings configure one engine that shares the turnstile's GPU.
+type EngineSettings struct {
+	// The engine's kind. LLM engines: "ollama", "llamacpp" (llama.cpp's
+	// llama-server in router mode), "llamaswap" or "vllm". Image
+	// engines: "comfyui" or "a1111" (AUTOMATIC1111 or Forge).
+	Kind string `json:"kind"`
+
+	// The engine's URL, e.g. http://127.0.0.1:8080.
+	URL string `json:"url"`
+
+	// The engine's name in the turnstile: unique among its engines, used
+	// by the status, the metrics' engine label and a handler's `engine`.
+	// Default: its kind, so two engines of one kind need a name.
+	Name string `json:"name,omitempty"`
+}
+
+// PresenceSettings are the conditions under which the GPU yields to the
+// person at the machine: while one holds, the turnstile holds the GPU
+// (at the front of the queue, after the work that runs), and gives it back
+// once the condition has stayed clear for hold_release_after.
+type PresenceSettings struct {
+	// HoldWhileProcess are globs (case-insensitive) matched against the
+	// running processes' names: the executable's base name, the process
+	// name and the command's first argument, with or without .exe.
+	// Caddyfile: `hold_while process NAME...`, repeatable.
+	HoldWhileProcess []string `json:"hold_while_process,omitempty"`
+
+	// HoldWhileGPUProcess holds the GPU while any process but the
+	// engines' own (and those HoldWhileGPUExcept names) uses it, compute
+	// or graphics, as nvidia-smi reports. Without nvidia-smi it is off,
+	// and the log and the status say so. Caddyfile: `hold_while
+	// gpu_process [except NAME...]`.
+	HoldWhileGPUProcess bool     `json:"hold_while_gpu_process,omitempty"`
+	HoldWhileGPUExcept  []string `json:"hold_while_gpu_except,omitempty"`
+
+	// How long a condition must stay clear before its hold ends.
+	// Default 30s.
+	HoldReleaseAfter caddy.Duration `json:"hold_release_after,omitempty"`
+
+	// How often the conditions are sampled. Default 2s.
+	PresencePollInterval caddy.Duration `json:"presence_poll_interval,omitempty"`
+}

@@ -1,0 +1,80 @@
+package config
+
+import (
+	"fmt"
+	"os/exec"
+	"time"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy"
+)
+
+// Turnstile is one turnstile's settings with defaults filled in and
+// clients built; one is made per config load (Validate) and swapped in
+// when the config starts.
+type Turnstile struct {
+	Settings
+	GPU          gpu.Config // what the orchestration of the GPU uses
+	HistoryPoll  time.Duration
+	Reject       bool // llm_busy_mode reject
+	BusyStatus   int
+	RetryAfter   time.Duration
+	LLMWait      time.Duration
+	ImageWait    time.Duration
+	CaptureLimit int64
+	WaitBuffer   int64 // wait_buffer_limit
+
+	Routes *route.Guard // this config's engines, against misrouting
+
+	comfy     *comfy.Client // the first ComfyUI engine's, for the comfy VRAM probe; nil if none
+	comfyName string        // that engine's name
+}
+
+// Validate checks the settings and returns them with defaults filled in
+// and the engines built. Errors name the option as it is spelled in the
+// Caddyfile; the first invalid option in the order below is reported. An
+// error about one engine is an *EngineError.
+func Validate(s Settings) (*Turnstile, error) {
+	c := &Turnstile{Settings: s}
+	c.GPU = gpu.Config{WarmModel: s.WarmModel, EarlyUnload: s.EarlyUnload, MaxImageStreak: s.MaxImageStreak, MinFreeVRAM: s.MinFreeVRAM}
+	for _, check := range []func(Settings, *Turnstile) error{
+		validateBusy, validateDurations, validateEngines, validateRoutes, validateLimits, validateVRAM, validateWarm, validatePresence,
+	} {
+		if err := check(s, c); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Locate finds what the settings need on this host, when the config
+// loads: the nvidia-smi executable for vram_probe nvidia-smi and for
+// hold_while gpu_process.
+func (c *Turnstile) Locate() error {
+	if p, ok := c.GPU.Probe.(gpu.SMIProbe); ok {
+		path, err := exec.LookPath("nvidia-smi")
+		if err != nil {
+			return fmt.Errorf("vram_probe: nvidia-smi not found in PATH: %v", err)
+		}
+		p.Path = path
+		c.GPU.Probe = p
+	}
+	c.locatePresence()
+	return nil
+}
+
+// validateRoutes makes the config's guard against misrouting: a
+// turnstile's engines, as this config defines them.
+func validateRoutes(_ Settings, c *Turnstile) error {
+	var urls []string
+	for _, e := range c.GPU.LLMs {
+		urls = append(urls, e.URL())
+	}
+	for _, e := range c.GPU.Images {
+		urls = append(urls, e.URL())
+	}
+	g, err := route.NewGuard(urls)
+	c.Routes = g
+	return err
+}
