@@ -482,16 +482,15 @@ func BenchmarkWaitingRequestMemory(b *testing.B) {
 				// Wait until every request either waits or was turned away.
 				refused := 0
 				for {
-					select {
-					case <-done:
-						refused++
-						continue
-					default:
-					}
+					changed := ts.GPU.Changed()
 					if ts.lock.Snapshot().SharedWaiting+refused == tc.n {
 						break
 					}
-					time.Sleep(time.Millisecond)
+					select {
+					case <-done:
+						refused++
+					case <-changed:
+					}
 				}
 				waiting := tc.n - refused
 				heap1, stack1 := memInUse()

@@ -291,20 +291,26 @@ func (h *harness) waitStatus(what string, cond func(Status) bool) Status {
 // fails the test after 15 s; more, if not nil, adds to the failure message.
 func waitTurnstile(t *testing.T, name, what string, cond func(Status) bool, more func() string) Status {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.NewTimer(15 * time.Second)
+	defer deadline.Stop()
 	for {
-		st := runtimeOf(name).status()
+		// The turnstile is looked up each time: a restart of Caddy
+		// replaces it (the old one's Close is a change too).
+		ts := runtimeOf(name)
+		changed := ts.GPU.Changed()
+		st := ts.status()
 		if cond(st) {
 			return st
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-changed:
+		case <-deadline.C:
 			extra := ""
 			if more != nil {
 				extra = more()
 			}
-			t.Fatalf("timed out waiting for %s of turnstile %s; status %+v%s", what, name, st, extra)
+			t.Fatalf("timed out waiting for %s of turnstile %s; status %+v%s", what, name, ts.status(), extra)
 		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

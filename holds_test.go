@@ -93,6 +93,7 @@ func TestHoldsHandlerBehindBasicAuth(t *testing.T) {
 func TestHoldsHandlerBadInput(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	h.load(withHoldsSite(h.caddyfile(harnessOptions{})))
+	h.waitIdle() // the start-up probe has given the GPU back
 	cases := []struct {
 		method, path, body string
 		status             int
@@ -152,7 +153,9 @@ func TestHoldSurvivesRestart(t *testing.T) {
 		t.Fatal("the turnstile outlived Caddy")
 	}
 	h.load(cf)
-	st := h.ts().status()
+	// The hold store is read on the turnstile's own goroutine; the GPU is
+	// held for the start-up from the load on.
+	st := h.waitStatus("the hold restored", func(st Status) bool { return len(st.Holds) > 0 || st.State == "idle" })
 	if st.State != "hold" || len(st.Holds) != 1 || st.Holds[0].ID != id || st.Holds[0].Owner != "trainer" ||
 		!st.Holds[0].ExpiresAt.Equal(before.ExpiresAt) {
 		t.Fatalf("after the restart: state %s, holds %+v; want hold %s until %v", st.State, st.Holds, id, before.ExpiresAt)

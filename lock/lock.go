@@ -42,11 +42,13 @@ type Effects interface {
 
 // Observer is told of every change of the lock: its state, its holders,
 // its waiters, its debt and its free. If the Effects given to New also
-// implement it, Changed is called with the lock's mutex held and a
-// snapshot taken then, so a change that is undone at once is still seen.
-// It must be quick, must not block and must not call the lock.
+// implement it, Changed is called with the lock's mutex held, so a change
+// that is undone at once is still seen. snap returns the lock's snapshot
+// as of that change; it may be called only within Changed, and costs
+// nothing unless called, so an observer that nobody watches pays for
+// none. Changed must be quick, must not block and must not call the lock.
 type Observer interface {
-	Changed(Snapshot)
+	Changed(snap func() Snapshot)
 }
 
 // Options are the lock's policy settings.
@@ -66,7 +68,8 @@ type Options struct {
 // Lock is the mode lock. The zero value is not usable; call New.
 type Lock struct {
 	effects  Effects
-	observer Observer // nil if effects is not one
+	observer Observer        // nil if effects is not one
+	snap     func() Snapshot // snapshotLocked, bound once: the observer's argument
 	opts     Options
 
 	mu       sync.Mutex
@@ -95,7 +98,9 @@ type exclWaiter struct {
 // New returns an idle lock that orders its side effects through effects.
 func New(effects Effects, opts Options) *Lock {
 	obs, _ := effects.(Observer)
-	return &Lock{effects: effects, observer: obs, opts: opts, gate: make(chan struct{})}
+	l := &Lock{effects: effects, observer: obs, opts: opts, gate: make(chan struct{})}
+	l.snap = l.snapshotLocked
+	return l
 }
 
 // SetOptions changes the policy; it applies from the next decision on.
@@ -305,7 +310,7 @@ func (l *Lock) Paid() {
 // changed tells the observer, if any, of a change; l.mu is held.
 func (l *Lock) changed() {
 	if l.observer != nil {
-		l.observer.Changed(l.snapshotLocked())
+		l.observer.Changed(l.snap)
 	}
 }
 

@@ -15,7 +15,8 @@ type observing struct {
 	changes []string
 }
 
-func (o *observing) Changed(s Snapshot) {
+func (o *observing) Changed(snap func() Snapshot) {
+	s := snap()
 	o.mu.Lock()
 	o.changes = append(o.changes, fmt.Sprintf("%v shared=%d waitS=%d waitI=%d waitH=%d freeing=%v owes=%v",
 		s.State, s.Shared, s.SharedWaiting, s.ImageWaiting, s.HoldWaiting, s.Freeing, s.OwesFree))

@@ -23,6 +23,16 @@ func (l *Lock) Snapshot() Snapshot {
 	return l.snapshotLocked()
 }
 
+// View calls f with the lock's snapshot, under the lock's mutex: what f
+// reads of its own state under its own mutex (taken inside the lock's,
+// never the other way round) is of the same instant as the snapshot. f
+// must be quick and must not call the lock.
+func (l *Lock) View(f func(Snapshot)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f(l.snapshotLocked())
+}
+
 func (l *Lock) snapshotLocked() Snapshot {
 	return Snapshot{
 		State:           l.stateLocked(),

@@ -17,6 +17,10 @@ type activity struct {
 	// phase, the start-up probe, or work queued directly on the image
 	// engine. Replaced, never changed in place, so a copy can be read.
 	job *Job
+	// image is the proxied image job that job describes, for CancelJob;
+	// nil while job is the start-up probe or work started directly. Set
+	// and cleared with job.
+	image *ImageJob
 	// probing is set while job is the start-up probe.
 	probing bool
 	// direct holds, by image engine name, work started on it directly:
@@ -84,14 +88,9 @@ func (g *GPU) wait(ctx context.Context, kind lock.State, since time.Time) (done 
 		g.act.waiters = map[uint64]waiter{}
 	}
 	g.act.waiters[id] = waiter{kind: kind, since: since, Waiter: waiterFrom(ctx)}
+	g.touch()
 	g.mu.Unlock()
-	g.notify()
-	return func() {
-		g.mu.Lock()
-		delete(g.act.waiters, id)
-		g.mu.Unlock()
-		g.notify()
-	}
+	return func() { g.update(func() { delete(g.act.waiters, id) }) }
 }
 
 // oldestWait is when the longest-waiting request began to wait (zero if
@@ -123,12 +122,7 @@ func (a *activity) waiterList() []WaiterStatus {
 	return out
 }
 
-func (g *GPU) setJob(j *Job) {
-	g.mu.Lock()
-	g.setJobLocked(j)
-	g.mu.Unlock()
-	g.notify()
-}
+func (g *GPU) setJob(j *Job) { g.update(func() { g.setJobLocked(j) }) }
 
 // setJobLocked records j as the work holding the GPU; with nil, the
 // watches look again for work started directly. g.mu is held.
@@ -141,25 +135,23 @@ func (g *GPU) setJobLocked(j *Job) {
 
 // setPhase changes the phase of the image work holding the GPU.
 func (g *GPU) setPhase(phase string) {
-	g.mu.Lock()
-	if g.act.job != nil {
-		j := *g.act.job
-		j.Phase = phase
-		g.act.job = &j
-	}
-	g.mu.Unlock()
-	g.notify()
+	g.update(func() {
+		if g.act.job != nil {
+			j := *g.act.job
+			j.Phase = phase
+			g.act.job = &j
+		}
+	})
 }
 
 func (g *GPU) setPromptID(id string) {
-	g.mu.Lock()
-	if g.act.job != nil {
-		j := *g.act.job
-		j.PromptID, j.Phase = id, "running"
-		g.act.job = &j
-	}
-	g.mu.Unlock()
-	g.notify()
+	g.update(func() {
+		if g.act.job != nil {
+			j := *g.act.job
+			j.PromptID, j.Phase = id, "running"
+			g.act.job = &j
+		}
+	})
 }
 
 // Probing reports whether the start-up probe holds the GPU: the image
@@ -191,25 +183,23 @@ func (g *GPU) takeDirect(e ImageEngine) bool {
 func (g *GPU) endDirect(e ImageEngine) { g.endDirectNamed(e.Name()) }
 
 func (g *GPU) endDirectNamed(name string) {
-	g.mu.Lock()
-	delete(g.act.direct, name)
-	g.pokeDirect()
-	g.mu.Unlock()
+	g.update(func() {
+		delete(g.act.direct, name)
+		g.pokeDirect()
+	})
 }
 
-func (g *GPU) setWarming(on bool) {
-	g.mu.Lock()
-	g.act.warming = on
-	g.mu.Unlock()
-	g.notify()
-}
+func (g *GPU) setWarming(on bool) { g.update(func() { g.act.warming = on }) }
 
 // ImageJobRunning reports whether an image job holds the GPU now.
 func (g *GPU) ImageJobRunning() bool {
-	g.mu.Lock()
-	running := g.act.job != nil
-	g.mu.Unlock()
-	return running && g.lock.State() == lock.Image
+	running := false
+	g.lock.View(func(s lock.Snapshot) {
+		g.mu.Lock()
+		running = g.act.job != nil && s.State == lock.Image
+		g.mu.Unlock()
+	})
+	return running
 }
 
 // use is one exclusive use of the GPU (an image job, a hold, the start-up
@@ -236,10 +226,18 @@ func (u *use) end() {
 		return
 	}
 	u.ended = true
-	u.g.releasing.Store(u)
-	handedOver := u.g.lock.ReleaseExclusive(u.owesFree || u.g.owed())
-	u.g.releasing.CompareAndSwap(u, nil)
+	g := u.g
+	owes := u.owesFree || g.owed()
+	g.mu.Lock()
+	g.releasing = u
+	g.mu.Unlock()
+	handedOver := g.lock.ReleaseExclusive(owes)
+	g.mu.Lock()
+	if g.releasing == u {
+		g.releasing = nil
+	}
+	g.mu.Unlock()
 	if !handedOver && u.warmAfter {
-		u.g.warm(u.tr.req)
+		g.warm(u.tr.req)
 	}
 }

@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
 )
 
 var (
@@ -53,19 +54,18 @@ type jobStop struct {
 	done     chan struct{} // closed once the job has given the GPU back
 
 	askOnce, onEngineOnce, endOnce, overOnce, doneOnce sync.Once
-	// interrupted is set once a cancel's interrupt was taken; landed once
-	// one is set on the running job of an engine that names none (A1111).
-	interrupted, landed atomic.Bool
-	// forced is set once an operator abandoned the job (ForceEndJob).
-	forced atomic.Bool
 
 	// ctx ends when an operator abandons the job (ForceEndJob) or Caddy
 	// stops: every wait of the job for its engine is under it.
 	ctx     context.Context
 	abandon context.CancelFunc
 
-	mu           sync.Mutex
-	interrupting bool // an interrupter runs (interrupt.go)
+	// Under g.mu: interrupted is set once a cancel's interrupt was taken;
+	// landed once one is set on the running job of an engine that names
+	// none (A1111); forced once an operator abandoned the job
+	// (ForceEndJob); interrupting while an interrupter runs
+	// (interrupt.go).
+	interrupted, landed, forced, interrupting bool
 
 	id        string // the prompt_id, if any; set before onEngine closes
 	outcome   string // set before ended closes
@@ -81,8 +81,24 @@ func newJobStop(parent context.Context) *jobStop {
 // stopInterrupting closes over: the interrupter has nothing left to do.
 func (s *jobStop) stopInterrupting() { s.overOnce.Do(func() { close(s.over) }) }
 
+// flag reads one of the job's flags under g.mu.
+func (j *ImageJob) flag(f *bool) bool {
+	j.g.mu.Lock()
+	defer j.g.mu.Unlock()
+	return *f
+}
+
+// setFlag sets one of the job's flags to v under g.mu, and returns what
+// it was.
+func (j *ImageJob) setFlag(f *bool, v bool) (was bool) {
+	j.g.mu.Lock()
+	defer j.g.mu.Unlock()
+	was, *f = *f, v
+	return was
+}
+
 // abandoned reports whether an operator ended the job by force.
-func (s *jobStop) abandoned() bool { return s.forced.Load() }
+func (j *ImageJob) abandoned() bool { return j.flag(&j.stop.forced) }
 
 func (s *jobStop) ask() { s.askOnce.Do(func() { close(s.asked) }) }
 
@@ -135,11 +151,11 @@ func closed(ch <-chan struct{}) bool {
 // with what it has made; an interrupt that came before the job began was
 // dropped, and the job ran to its end).
 func (j *ImageJob) workEnded(outcome string) string {
-	if j.stop.interrupted.Load() {
+	if j.flag(&j.stop.interrupted) {
 		switch {
 		case outcome == OutcomeLost:
 			outcome = "cancelled"
-		case outcome == "success" && j.e.Synchronous() && (j.stop.landed.Load() || j.reportsInterrupted()):
+		case outcome == "success" && j.e.Synchronous() && (j.flag(&j.stop.landed) || j.reportsInterrupted()):
 			outcome = "interrupted"
 		}
 	}
@@ -165,24 +181,16 @@ func (j *ImageJob) reportsInterrupted() bool {
 	return stopped
 }
 
-// setImageJob records j as the job holding the GPU, for CancelJob.
-func (g *GPU) setImageJob(j *ImageJob) {
-	g.mu.Lock()
-	g.imageJob = j
-	g.mu.Unlock()
-}
-
 // dropImageJob forgets j, and the status's job with it, once it ends:
-// under one lock, so that a cancel never sees the status's job without
-// j and takes it for work started on the engine directly.
+// in one change, so that a cancel never sees the status's job without j
+// and takes it for work started on the engine directly.
 func (g *GPU) dropImageJob(j *ImageJob) {
-	g.mu.Lock()
-	if g.imageJob == j {
-		g.imageJob = nil
-	}
-	g.setJobLocked(nil)
-	g.mu.Unlock()
-	g.notify()
+	g.update(func() {
+		if g.act.image == j {
+			g.act.image = nil
+		}
+		g.setJobLocked(nil)
+	})
 }
 
 // jobToCancel returns the image job holding the GPU. The start-up probe
@@ -190,18 +198,25 @@ func (g *GPU) dropImageJob(j *ImageJob) {
 // its owner stops it in the engine's own UI, and stopping the running
 // item of a queue someone else fills would not free the GPU anyway.
 func (g *GPU) jobToCancel() (*ImageJob, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	switch a := &g.act; {
-	case g.imageJob != nil:
-		return g.imageJob, nil
-	case a.job == nil:
-		return nil, fmt.Errorf("%w (state %s)", ErrNoJob, g.lock.State())
-	case a.probing:
-		return nil, fmt.Errorf("%w: the start-up probe holds the GPU", ErrNoJob)
-	default:
-		return nil, fmt.Errorf("%w: %s runs work started on it directly (%s); stop it there", ErrNotOurJob, a.job.Source, a.job.Phase)
-	}
+	var (
+		j   *ImageJob
+		err error
+	)
+	g.lock.View(func(snap lock.Snapshot) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		switch a := &g.act; {
+		case a.image != nil:
+			j = a.image
+		case a.job == nil:
+			err = fmt.Errorf("%w (state %s)", ErrNoJob, snap.State)
+		case a.probing:
+			err = fmt.Errorf("%w: the start-up probe holds the GPU", ErrNoJob)
+		default:
+			err = fmt.Errorf("%w: %s runs work started on it directly (%s); stop it there", ErrNotOurJob, a.job.Source, a.job.Phase)
+		}
+	})
+	return j, err
 }
 
 // CancelJob stops the image job that holds the GPU and returns, with how
@@ -227,10 +242,12 @@ func (g *GPU) CancelJob(ctx context.Context) (Cancelled, error) {
 		err error
 	}
 	done := make(chan answer, 1)
-	g.spawn(func() {
+	if !g.spawn(func() {
 		res, err := j.cancel()
 		done <- answer{res, err}
-	})
+	}) {
+		return Cancelled{}, g.ctx.Err() // closing
+	}
 	select {
 	case a := <-done:
 		return a.res, a.err
@@ -275,8 +292,8 @@ func (j *ImageJob) cancel() (Cancelled, error) {
 	if !s.confirmed {
 		return res, fmt.Errorf("%w: the job ended as %q without %s showing that it stopped", ErrNotStopped, s.outcome, j.e.Name())
 	}
-	if s.interrupted.Load() {
-		g.history.addEvent("interrupt", time.Since(start), s.id)
+	if j.flag(&s.interrupted) {
+		g.addEvent("interrupt", time.Since(start), s.id)
 	}
 	g.log().Info("image job cancelled", zap.Stringp("prompt_id", res.PromptID), zap.String("outcome", res.Outcome))
 	return res, nil

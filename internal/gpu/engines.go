@@ -1,15 +1,12 @@
 package gpu
 
 import (
-	"sync"
-	"sync/atomic"
-
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/netaddr"
 )
 
 // engineState is what an engine is known to be doing, as the status shows
 // it.
-type engineState int32
+type engineState int8
 
 const (
 	stateReady       engineState = iota // serving (LLM) or able to (image)
@@ -30,108 +27,116 @@ func (s engineState) String() string { return stateNames[s] }
 // engineRun is what the GPU keeps of one engine, by name, across configs:
 // its health at last contact and what it was last seen to hold. These are
 // facts about the engine, not about who has the GPU (that is activity's).
+// Its fields are under g.mu.
 type engineRun struct {
 	// eng is the engine's adapter in the newest config that has it: a
 	// debt is paid through it even after a reload renamed or dropped the
 	// engine.
-	eng atomic.Pointer[engineRef]
+	eng Engine
 	up  reachability
-	ws  atomic.Bool // the image engine's event stream is connected
+	ws  bool // the image engine's event stream is connected
 	// wsSeen is set once the event stream has been connected: a later
 	// connection follows a loss of contact.
-	wsSeen atomic.Bool
-	state  atomic.Int32
+	wsSeen bool
+	state  engineState
 
 	// owed is set on an image engine once work ran on it that may have
 	// left memory behind, until a free did its job; on a Waker once it
 	// has been emptied, until a wake was confirmed.
-	owed atomic.Bool
+	owed bool
 	// noGPUReading is set once the image engine is seen to report no
 	// GPU memory: its frees cannot be confirmed.
-	noGPUReading atomic.Bool
+	noGPUReading bool
 
-	// probeMu guards probe, the readiness probe in flight, which
-	// concurrent readiness checks share (ready.go).
-	probeMu sync.Mutex
-	probe   *probeCall
+	// probe is the readiness probe in flight, which concurrent readiness
+	// checks share (ready.go).
+	probe *probeCall
 }
 
-// engineRef boxes an Engine for an atomic.Pointer.
-type engineRef struct{ Engine }
-
-func (r *engineRun) set(s engineState)     { r.state.Store(int32(s)) }
-func (r *engineRun) get() engineState      { return engineState(r.state.Load()) }
-func (r *engineRun) is(s engineState) bool { return r.get() == s }
-
-// run returns the engine's runtime record, made on first use. Records are
-// kept in a copy-on-write map so that Transition, which runs under the
-// lock's mutex, reads them without a mutex.
-func (g *GPU) run(e Engine) *engineRun { return g.runNamed(e.Name()) }
-
-func (g *GPU) runNamed(name string) *engineRun {
-	if m := g.runs.Load(); m != nil {
-		if r := (*m)[name]; r != nil {
-			return r
+// runLocked returns the engine's record, made on first use; g.mu is held.
+func (g *GPU) runLocked(name string) *engineRun {
+	r := g.runs[name]
+	if r == nil {
+		if g.runs == nil {
+			g.runs = map[string]*engineRun{}
 		}
+		r = &engineRun{}
+		g.runs[name] = r
 	}
-	g.runsMu.Lock()
-	defer g.runsMu.Unlock()
-	old := g.runs.Load()
-	if old != nil {
-		if r := (*old)[name]; r != nil {
-			return r
-		}
-	}
-	m := make(map[string]*engineRun, 1)
-	if old != nil {
-		for k, v := range *old {
-			m[k] = v
-		}
-	}
-	r := &engineRun{}
-	m[name] = r
-	g.runs.Store(&m)
 	return r
+}
+
+// withRun changes the record of e with f, under g.mu, and signals the
+// change.
+func (g *GPU) withRun(e Engine, f func(r *engineRun)) {
+	g.update(func() { f(g.runLocked(e.Name())) })
+}
+
+// setState records what e is doing.
+func (g *GPU) setState(e Engine, s engineState) {
+	g.withRun(e, func(r *engineRun) { r.state = s })
+}
+
+// reached records the outcome of a contact with e.
+func (g *GPU) reached(e Engine, err error) {
+	g.withRun(e, func(r *engineRun) { r.up.set(err) })
+}
+
+// owe records that e is owed a free (image) or a wake (LLM).
+func (g *GPU) owe(e Engine) {
+	g.withRun(e, func(r *engineRun) { r.owed = true })
+}
+
+// isOwed reports whether e is owed a free or a wake.
+func (g *GPU) isOwed(e Engine) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.runLocked(e.Name()).owed
 }
 
 // register records c's engines as the ones to reach them through, and
 // returns the image engines no config had before. A new adapter of an
-// engine kept across the reload takes over what the old one knew of it.
+// engine kept across the reload takes over what the old one knew of it,
+// outside g.mu (that is adapter code), before it is recorded.
 func (g *GPU) register(c *Config) (added []ImageEngine) {
+	all := make([]Engine, 0, len(c.LLMs)+len(c.Images))
 	for _, e := range c.LLMs {
-		g.carryOver(g.run(e), e)
+		all = append(all, e)
 	}
 	for _, e := range c.Images {
-		r := g.run(e)
-		if r.eng.Load() == nil {
-			added = append(added, e)
+		all = append(all, e)
+	}
+	old := make([]Engine, len(all))
+	g.mu.Lock()
+	for i, e := range all {
+		old[i] = g.runLocked(e.Name()).eng
+	}
+	g.mu.Unlock()
+	for i, e := range all {
+		if in, ok := e.(Inheritor); ok && old[i] != nil {
+			in.Inherit(old[i])
 		}
-		g.carryOver(r, e)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, e := range all {
+		if i >= len(c.LLMs) && old[i] == nil {
+			added = append(added, c.Images[i-len(c.LLMs)])
+		}
+		g.runLocked(e.Name()).eng = e
 	}
 	return added
 }
 
-// carryOver makes e the adapter of r's engine.
-func (g *GPU) carryOver(r *engineRun, e Engine) {
-	if in, ok := e.(Inheritor); ok {
-		if old := r.eng.Load(); old != nil {
-			in.Inherit(old.Engine)
-		}
-	}
-	r.eng.Store(&engineRef{e})
-}
-
-// owedRuns returns the engines that are owed something (a free, a wake),
-// whether or not the current config still has them.
-func (g *GPU) owedRuns() []*engineRun {
-	m := g.runs.Load()
-	if m == nil {
-		return nil
-	}
-	var out []*engineRun
-	for _, r := range *m {
-		if r.owed.Load() && r.eng.Load() != nil {
-			out = append(out, r)
+// owedEngines returns the engines that are owed something (a free, a
+// wake), whether or not the current config still has them.
+func (g *GPU) owedEngines() []Engine {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []Engine
+	for _, r := range g.runs {
+		if r.owed && r.eng != nil {
+			out = append(out, r.eng)
 		}
 	}
 	return out
@@ -139,17 +144,18 @@ func (g *GPU) owedRuns() []*engineRun {
 
 // owed reports whether anything must be done before LLM use resumes: an
 // image engine to free, an LLM engine to wake.
-func (g *GPU) owed() bool { return len(g.owedRuns()) > 0 }
+func (g *GPU) owed() bool { return len(g.owedEngines()) > 0 }
 
-// resumeLLM marks the LLM engines that were emptied as serving again; it
-// runs when the GPU goes to LLM use.
-func (g *GPU) resumeLLM() {
-	c := g.cfg()
+// resumeLLM marks the LLM engines of c that were emptied as serving
+// again; it runs when the GPU goes to LLM use, with g.mu held.
+func (g *GPU) resumeLLM(c *Config) {
 	if c == nil {
 		return
 	}
 	for _, e := range c.LLMs {
-		g.run(e).state.CompareAndSwap(int32(stateEmptied), int32(stateReady))
+		if r := g.runLocked(e.Name()); r.state == stateEmptied {
+			r.state = stateReady
+		}
 	}
 }
 

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -28,11 +26,6 @@ const (
 	// burst of changes (LLM requests coming and going) is sent as one
 	// status per state it went through, not one per request.
 	eventGap = 25 * time.Millisecond
-	// eventRecheck is how often the status is compared with the last one
-	// sent while anyone subscribes, for the changes nothing signals (an
-	// engine's reachability or state, a presence condition, a renewed
-	// hold): those too are sent within 100 ms.
-	eventRecheck = 50 * time.Millisecond
 	// eventBuffer is how many events a subscriber may fall behind before
 	// it is dropped.
 	eventBuffer = 64
@@ -54,34 +47,40 @@ var ErrTooManySubscribers = errors.New("too many subscribers to the live events"
 type Subscription struct {
 	C       <-chan Event
 	c       chan Event
-	hub     *hub
-	dropped atomic.Bool
+	g       *GPU
+	dropped bool // under g.mu
 }
 
 // Close ends the subscription.
-func (s *Subscription) Close() { s.hub.remove(s, false) }
+func (s *Subscription) Close() {
+	s.g.mu.Lock()
+	s.g.removeLocked(s, false)
+	s.g.mu.Unlock()
+}
 
 // Dropped reports whether the subscription was ended for falling behind.
-func (s *Subscription) Dropped() bool { return s.dropped.Load() }
+func (s *Subscription) Dropped() bool {
+	s.g.mu.Lock()
+	defer s.g.mu.Unlock()
+	return s.dropped
+}
 
-// hub fans a GPU's events out to its subscribers. Changes are queued by
-// whoever makes them, without waiting, and sent by one publisher
-// goroutine, which runs while anyone subscribes.
+// hub fans a GPU's events out to its subscribers; its fields are part of
+// the GPU's state, under g.mu. Changes are queued by whoever makes them,
+// without waiting, and sent by one publisher goroutine, which runs while
+// anyone subscribes.
 type hub struct {
-	// n counts the subscribers: the lock's hot path reads it, and does
-	// nothing more while it is 0.
-	n atomic.Int32
-
-	// pendingMu guards pending alone: queue runs under the lock's mutex,
-	// and must not wait for a fan-out under mu.
-	pendingMu sync.Mutex
-	pending   []change
-
-	mu      sync.Mutex
+	pending []change
+	// dirty is set by a change of the GPU's own state since the last
+	// round: the round sends the status as it is then, if it differs
+	// from the last one sent.
+	dirty   bool
 	subs    map[*Subscription]struct{}
 	running bool // the publisher runs
-	wake    chan struct{}
-	view    func(Status) any // shapes the status events; nil sends the Status as is
+	// wake has the publisher look at the queue. It is made once and never
+	// replaced, so the publisher receives from it without g.mu.
+	wake chan struct{}
+	view func(Status) any // shapes the status events; nil sends the Status as is
 }
 
 // change is one queued change: a status (with the lock as it was then),
@@ -92,13 +91,12 @@ type change struct {
 	data  any
 }
 
-func newHub() *hub { return &hub{subs: map[*Subscription]struct{}{}, wake: make(chan struct{}, 1)} }
+func newHub() hub { return hub{subs: map[*Subscription]struct{}{}, wake: make(chan struct{}, 1)} }
 
 // queue adds a change for the publisher and wakes it, never waiting. A
 // status change of the same lock state as the last one queued replaces
-// it: only the newest counts of each state are sent.
+// it: only the newest counts of each state are sent. g.mu is held.
 func (h *hub) queue(c change) {
-	h.pendingMu.Lock()
 	last := len(h.pending) - 1
 	switch {
 	case c.event == "status" && last >= 0 && h.pending[last].event == "status" &&
@@ -107,74 +105,84 @@ func (h *hub) queue(c change) {
 	case len(h.pending) < pendingMax:
 		h.pending = append(h.pending, c)
 	}
-	h.pendingMu.Unlock()
+	h.poke()
+}
+
+// poke wakes the publisher, never waiting; g.mu is held.
+func (h *hub) poke() {
 	select {
 	case h.wake <- struct{}{}:
 	default:
 	}
 }
 
-// take returns the queued changes, oldest first; spare is an emptied
-// slice to queue into next, so that queueing rarely allocates.
-func (h *hub) take(spare []change) []change {
-	h.pendingMu.Lock()
-	out := h.pending
-	h.pending = spare[:0]
-	h.pendingMu.Unlock()
-	return out
+// take returns the queued changes, oldest first, and whether the GPU's
+// own state changed since the last round; spare is an emptied slice to
+// queue into next, so that queueing rarely allocates. With nobody
+// subscribed any more it marks the publisher stopped (the next Subscribe
+// starts another) and reports idle.
+func (g *GPU) take(spare []change) (changes []change, dirty, idle bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	h := &g.hub
+	if len(h.subs) == 0 {
+		h.running = false
+		h.pending, h.dirty = h.pending[:0], false
+		return nil, false, true
+	}
+	changes, dirty = h.pending, h.dirty
+	h.pending, h.dirty = spare[:0], false
+	return changes, dirty, false
 }
 
 // send hands ev to every subscriber, dropping those whose buffer is full.
-// It logs after unlocking: the lock's hot path waits for h.mu.
-func (h *hub) send(ev Event, log *zap.Logger) {
+// It logs after unlocking.
+func (g *GPU) send(ev Event) {
 	dropped := 0
-	h.mu.Lock()
-	for s := range h.subs {
+	g.mu.Lock()
+	for s := range g.hub.subs {
 		select {
 		case s.c <- ev:
 		default:
-			h.removeLocked(s, true)
+			g.removeLocked(s, true)
 			dropped++
 		}
 	}
-	h.mu.Unlock()
+	g.mu.Unlock()
 	if dropped > 0 {
-		log.Info("live event subscribers dropped: they fell behind by more events than their buffer holds",
+		g.log().Info("live event subscribers dropped: they fell behind by more events than their buffer holds",
 			zap.Int("dropped", dropped), zap.Int("buffer", eventBuffer))
 	}
 }
 
-func (h *hub) remove(s *Subscription, dropped bool) {
-	h.mu.Lock()
-	h.removeLocked(s, dropped)
-	h.mu.Unlock()
-}
-
-func (h *hub) removeLocked(s *Subscription, dropped bool) {
-	if _, ok := h.subs[s]; !ok {
+// removeLocked ends s; g.mu is held.
+func (g *GPU) removeLocked(s *Subscription, dropped bool) {
+	if _, ok := g.hub.subs[s]; !ok {
 		return
 	}
-	delete(h.subs, s)
-	h.n.Add(-1)
-	s.dropped.Store(dropped)
+	delete(g.hub.subs, s)
+	s.dropped = dropped
 	close(s.c)
+	g.watched.Store(g.changed != nil || len(g.hub.subs) > 0)
+	g.hub.poke() // the publisher stops once the last one has left
 }
 
-func (h *hub) closeAll() {
-	h.mu.Lock()
-	for s := range h.subs {
-		h.removeLocked(s, false)
+// closeSubscribers ends every subscription; the GPU is closing.
+func (g *GPU) closeSubscribers() {
+	g.mu.Lock()
+	for s := range g.hub.subs {
+		g.removeLocked(s, false)
 	}
-	h.mu.Unlock()
+	g.mu.Unlock()
 }
 
 // SetStatusView sets what a status event carries: view(status), in JSON.
 // The caller adds what it knows beyond the GPU (the status JSON of the
 // HTTP handler).
 func (g *GPU) SetStatusView(view func(Status) any) {
-	g.hub.mu.Lock()
+	g.mu.Lock()
 	g.hub.view = view
-	g.hub.mu.Unlock()
+	g.mu.Unlock()
 }
 
 // Subscribe returns a subscription to the GPU's live events, from now on,
@@ -182,11 +190,11 @@ func (g *GPU) SetStatusView(view func(Status) any) {
 // time itself.
 func (g *GPU) Subscribe() (*Subscription, error) {
 	c := make(chan Event, eventBuffer)
-	s := &Subscription{C: c, c: c, hub: g.hub}
-	h := g.hub
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if g.ctx.Err() != nil {
+	s := &Subscription{C: c, c: c, g: g}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	h := &g.hub
+	if g.closed || g.ctx.Err() != nil {
 		close(c)
 		return s, nil
 	}
@@ -194,37 +202,20 @@ func (g *GPU) Subscribe() (*Subscription, error) {
 		return nil, ErrTooManySubscribers
 	}
 	h.subs[s] = struct{}{}
-	h.n.Add(1)
+	g.watched.Store(true)
+	// The first round sends the status as it is, as a change would.
+	h.dirty = true
+	h.poke()
 	if !h.running {
-		h.running = true
-		g.spawn(g.publish)
+		h.running = g.spawnLocked(g.publish)
 	}
 	return s, nil
 }
 
-// Changed implements lock.Observer. It runs under the lock's mutex, on
-// every LLM request's way in and out: with no subscriber it does nothing
-// more than read a counter.
-func (g *GPU) Changed(s lock.Snapshot) {
-	if g.hub.n.Load() == 0 {
-		return
-	}
-	g.hub.queue(change{event: "status", snap: s})
-}
-
-// notify queues a status event for a change the lock does not see (a
-// job's phase, a hold, a waiter). It must not be called under the lock's
-// mutex.
-func (g *GPU) notify() {
-	if g.hub.n.Load() == 0 {
-		return
-	}
-	g.hub.queue(change{event: "status", snap: g.lock.Snapshot()})
-}
-
-// recorded queues a step or job event as history records it.
-func (g *GPU) recorded(event string, v any) {
-	if g.hub.n.Load() == 0 {
+// recordedLocked queues a step or job event as history records it; g.mu
+// is held.
+func (g *GPU) recordedLocked(event string, v any) {
+	if len(g.hub.subs) == 0 {
 		return
 	}
 	switch e := v.(type) {
@@ -249,67 +240,53 @@ type JobEvent struct {
 }
 
 // publish sends the queued changes as events, a round at most every
-// eventGap, and looks for unsignalled changes every eventRecheck, until
-// the last subscriber leaves or the GPU closes.
+// eventGap, until the last subscriber leaves or the GPU closes. It waits
+// for a change: the lock's observer queues each of the lock's, and every
+// change of the GPU's own state (an engine's reachability or state, a
+// presence condition, a renewed hold) wakes it too.
 func (g *GPU) publish() {
 	p := publisher{g: g}
-	recheck := time.NewTicker(eventRecheck)
-	defer recheck.Stop()
 	gap := time.NewTimer(0)
 	defer gap.Stop()
 	var spare []change
 	for {
 		select {
 		case <-g.ctx.Done():
-			g.hub.closeAll()
+			g.closeSubscribers()
 			return
 		case <-g.hub.wake:
-		case <-recheck.C:
-			if g.hub.idle() {
-				return
-			}
-			if !p.statusChanged() {
-				continue
-			}
 		}
 		<-gap.C
-		changes := g.hub.take(spare)
+		changes, dirty, idle := g.take(spare)
+		if idle {
+			return
+		}
 		p.sendAll(changes)
+		if dirty {
+			p.sendIfChanged()
+		}
 		spare = changes
 		gap.Reset(eventGap)
 	}
 }
 
-// idle reports whether nobody subscribes any more, and if so marks the
-// publisher stopped: the next Subscribe starts another.
-func (h *hub) idle() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if len(h.subs) > 0 {
-		return false
-	}
-	h.running = false
-	return true
-}
-
 // publisher is the state of the publish loop.
 type publisher struct {
 	g *GPU
-	// last is the last status sent, with its ages zeroed: what the
-	// recheck compares the status with.
+	// last is the last status sent, with its ages zeroed: what a round
+	// for a change of the GPU's own state compares the status with.
 	last []byte
 }
 
-// statusChanged reports whether the status differs from the last one
-// sent in more than its ages; if so it queues it.
-func (p *publisher) statusChanged() bool {
-	snap := p.g.lock.Snapshot()
-	_, key := p.render(p.g.statusAt(snap))
-	if bytes.Equal(key, p.last) {
-		return false
+// sendIfChanged sends the status as it is now, if it differs from the
+// last one sent in more than its ages.
+func (p *publisher) sendIfChanged() {
+	data, key := p.render(p.g.Status())
+	if data == nil || bytes.Equal(key, p.last) {
+		return
 	}
-	p.g.hub.queue(change{event: "status", snap: snap})
-	return true
+	p.last = key
+	p.g.send(Event{Name: "status", Data: data})
 }
 
 // sendAll sends a round of changes in order, each lock state's status
@@ -336,7 +313,7 @@ func (p *publisher) sendAll(changes []change) {
 			data, _ = json.Marshal(c.data)
 		}
 		if data != nil {
-			g.hub.send(Event{Name: c.event, Data: data}, g.log())
+			g.send(Event{Name: c.event, Data: data})
 		}
 	}
 }
@@ -344,9 +321,9 @@ func (p *publisher) sendAll(changes []change) {
 // render returns st as the status event carries it, and the same with
 // its ages zeroed, which say nothing changed.
 func (p *publisher) render(st Status) (data, key []byte) {
-	p.g.hub.mu.Lock()
+	p.g.mu.Lock()
 	view := p.g.hub.view
-	p.g.hub.mu.Unlock()
+	p.g.mu.Unlock()
 	shape := func(st Status) []byte {
 		var v any = st
 		if view != nil {

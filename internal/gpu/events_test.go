@@ -284,9 +284,9 @@ func BenchmarkLockWithSubscribers(b *testing.B) {
 	}
 }
 
-// TestUnsignalledChangeIsSent renews a hold, which changes the status
-// (its expiry) without telling anyone: the recheck finds and sends it.
-func TestUnsignalledChangeIsSent(t *testing.T) {
+// TestRenewalIsSent renews a hold, which changes the status (its expiry)
+// and nothing in the lock: the owner's change signal has it sent.
+func TestRenewalIsSent(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil)
 	h, err := f.g.TakeHold(context.Background(), "test", time.Minute)
@@ -296,7 +296,7 @@ func TestUnsignalledChangeIsSent(t *testing.T) {
 	defer h.End("released")
 	s := subscribe(t, f.g)
 	defer s.Close()
-	// The recheck sends the status once: nothing was sent to this
+	// The first round sends the status once: nothing was sent to this
 	// subscriber before it.
 	collect(t, s, func(r received) bool { return r.name == "status" && len(r.status.Holds) == 1 })
 	h.Renew(time.Hour)

@@ -91,11 +91,13 @@ type GPU struct {
 	name    string
 	lock    *lock.Lock
 	metrics Metrics
-	history *history
-	hub     *hub // the live events (events.go)
 
 	cfgp atomic.Pointer[Config]
 	logp atomic.Pointer[zap.Logger]
+	// watched is set while anyone holds the channel of Changed or
+	// subscribes to the events: the lock's observer, on every LLM
+	// request's way, reads it and does nothing more while it is clear.
+	watched atomic.Bool
 
 	// ctx ends with Close; background work and job watches end with it.
 	ctx    context.Context
@@ -103,40 +105,10 @@ type GPU struct {
 
 	// Every goroutine the GPU starts is counted in running (see spawn), and
 	// Close waits for them all.
-	goMu    sync.Mutex
-	closed  bool
 	running sync.WaitGroup
 
-	mu       sync.Mutex // guards what follows, up to abnormal
-	started  bool
-	watches  map[string]*engineWatch   // by image engine name
-	presence map[string]*presenceState // by hold_while condition
-	recheck  chan struct{}             // closed to have the watches look again (recheckDirect)
-	act      activity                  // what holds or waits for the GPU (activity.go)
-	imageJob *ImageJob                 // the proxied image job holding the GPU, for CancelJob
-
-	// releasing is the use giving the GPU back, while it does: the Free
-	// effect that may run then is a step of its trace. (A waiter granted
-	// the GPU just after its wait was cancelled gives it back at once; a
-	// free it runs before the last holder has cleared this is traced as
-	// that holder's, whose debt it pays.)
-	releasing atomic.Pointer[use]
-
-	// abnormal is when LLM use last ended abnormally (UnixNano; 0: not
-	// since the LLM engines were last confirmed empty). See emptyLLM.
-	abnormal atomic.Int64
-
-	// runs are the engines' records, by name (engines.go).
-	runsMu sync.Mutex
-	runs   atomic.Pointer[map[string]*engineRun]
-
-	// trMu guards the fields Transition writes. Transition runs under
-	// the lock's mutex, and code holding mu calls into the lock, so it
-	// cannot take mu.
-	trMu       sync.Mutex
-	since      time.Time  // when the current state began
-	lastSwitch time.Time  // when the GPU last went from one service to another
-	lastUser   lock.State // the last non-idle state
+	mu sync.Mutex // the owner of state: a leaf (state.go)
+	state
 }
 
 // New returns the orchestration of the GPU named name, idle, with no
@@ -146,19 +118,18 @@ func New(name string, m Metrics) *GPU {
 	g := &GPU{
 		name:    name,
 		metrics: m,
-		history: newHistory(historySize),
-		hub:     newHub(),
 		ctx:     ctx,
 		cancel:  cancel,
-		act:     activity{holds: map[string]*Hold{}},
-		since:   time.Now(),
 	}
-	g.logp.Store(zap.NewNop())
-	g.history.recorded = g.recorded
-	g.lock = lock.New(g, lock.Options{})
+	g.act = activity{holds: map[string]*Hold{}}
+	g.since = time.Now()
+	g.history = newHistory(historySize)
+	g.hub = newHub()
 	// What the LLM engine was doing before Caddy started is unknown: the
 	// first emptying is confirmed as after an abnormal end, long ago.
-	g.abnormal.Store(1)
+	g.abnormal = time.Unix(0, 1)
+	g.logp.Store(zap.NewNop())
+	g.lock = lock.New((*effects)(g), lock.Options{})
 	return g
 }
 
@@ -168,49 +139,34 @@ func (g *GPU) Lock() *lock.Lock { return g.lock }
 // Name returns the GPU's (turnstile's) name.
 func (g *GPU) Name() string { return g.name }
 
-// Close ends job watches, holds and background work, which releases the
-// lock, and returns once every goroutine the GPU started has returned.
-// The GPU is not used after.
+// Close ends everything and returns once every goroutine the GPU started
+// has returned. It cancels first, so that what runs stops and nothing new
+// starts (spawn refuses from then on), then ends the holds: with the
+// context done, their release frees nothing and warms nothing. The GPU is
+// not used after.
 func (g *GPU) Close() {
-	g.endHolds()
+	g.cancel()
 	g.mu.Lock()
+	g.touch()
+	g.closed = true
 	for _, w := range g.watches {
 		w.stop()
 	}
+	hs := g.holdList()
 	g.mu.Unlock()
-	g.cancel()
-	g.hub.closeAll()
-	g.goMu.Lock()
-	g.closed = true
-	g.goMu.Unlock()
-	g.running.Wait()
-}
-
-// spawn runs f in a goroutine that Close waits for. Once Close has begun,
-// f runs at once in the caller instead (a job's end must still give the
-// lock back): with ctx done it returns quickly, and Close never waits for
-// a goroutine it could not have seen start. Callers of spawn do not hold
-// g.mu, except Apply, which does nothing once Close has begun.
-func (g *GPU) spawn(f func()) {
-	g.goMu.Lock()
-	if g.closed {
-		g.goMu.Unlock()
-		f()
-		return
+	for _, h := range hs {
+		h.End("shutdown")
 	}
-	g.running.Add(1)
-	g.goMu.Unlock()
-	go func() {
-		defer g.running.Done()
-		f()
-	}()
+	g.closeSubscribers()
+	g.running.Wait()
 }
 
 func (g *GPU) cfg() *Config     { return g.cfgp.Load() }
 func (g *GPU) log() *zap.Logger { return g.logp.Load() }
 
 // Apply makes a started config's settings current; the first call also
-// starts the start-up probes.
+// starts the start-up (startup.go), which runs on a goroutine of its own:
+// Apply returns at once.
 func (g *GPU) Apply(c *Config, log *zap.Logger) {
 	if g.ctx.Err() != nil {
 		return // closed
@@ -220,14 +176,17 @@ func (g *GPU) Apply(c *Config, log *zap.Logger) {
 	g.logp.Store(log)
 	g.lock.SetOptions(lock.Options{MaxExclusiveStreak: c.MaxImageStreak})
 
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	g.watchEngines(c)
+	g.mu.Lock()
+	first := !g.started
+	g.started = true
 	g.watchPresence(c)
-	if !g.started {
-		g.started = true
+	g.touch()
+	g.mu.Unlock()
+	switch {
+	case first:
 		g.startUp(c)
-	} else if len(added) > 0 {
+	case len(added) > 0:
 		g.spawn(func() { g.probeAdded(c, added) })
 	}
 }
@@ -235,30 +194,42 @@ func (g *GPU) Apply(c *Config, log *zap.Logger) {
 // engineWatch is the running watch over one image engine's events.
 type engineWatch struct {
 	url  string
+	e    ImageEngine
 	w    Watch
 	stop context.CancelFunc
 }
 
 // watchEngines starts a watch over each image engine of c whose URL is new,
-// and stops those of engines c no longer has. It runs under g.mu.
+// and stops those of engines c no longer has. The watches are made
+// outside g.mu (adapter code), then installed under it.
 func (g *GPU) watchEngines(c *Config) {
+	g.mu.Lock()
+	var fresh []ImageEngine
+	for _, e := range c.Images {
+		if w := g.watches[e.Name()]; w == nil || w.url != e.URL() {
+			fresh = append(fresh, e)
+		}
+	}
+	g.mu.Unlock()
+	made := map[string]*engineWatch{}
+	for _, e := range fresh {
+		w := e.Watch("gpu-turnstile-"+g.name+"-"+randomID(), func(up bool, err error) { g.reportWatch(e, up, err) })
+		made[e.Name()] = &engineWatch{url: e.URL(), w: w, e: e}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	if g.watches == nil {
 		g.watches = map[string]*engineWatch{}
 	}
 	keep := map[string]bool{}
 	for _, e := range c.Images {
 		keep[e.Name()] = true
-		if w := g.watches[e.Name()]; w != nil && w.url == e.URL() {
-			continue
-		} else if w != nil {
-			w.stop()
+	}
+	for name, ew := range made {
+		if old := g.watches[name]; old != nil {
+			old.stop()
 		}
-		ctx, cancel := context.WithCancel(g.ctx)
-		run := g.run(e)
-		w := e.Watch("gpu-turnstile-"+g.name+"-"+randomID(), func(up bool, err error) { g.reportWatch(e, run, up, err) })
-		g.watches[e.Name()] = &engineWatch{url: e.URL(), w: w, stop: cancel}
-		g.spawn(func() { w.Run(ctx) })
-		g.spawn(func() { g.watchForeignWork(ctx, e, w) })
+		g.startWatchLocked(ew)
 	}
 	for name, w := range g.watches {
 		if !keep[name] {
@@ -268,46 +239,35 @@ func (g *GPU) watchEngines(c *Config) {
 	}
 }
 
-// Transition implements lock.Effects. It runs under the lock's mutex.
-func (g *GPU) Transition(from, to lock.State) {
-	now := time.Now()
-	g.trMu.Lock()
-	g.since = now
-	if to != lock.Idle {
-		if g.lastUser != lock.Idle && g.lastUser != to {
-			g.lastSwitch = now
-		}
-		g.lastUser = to
-	}
-	g.trMu.Unlock()
-	if to == lock.LLM {
-		g.resumeLLM()
-	}
-	g.history.addTransition(now, from, to)
-	if log := g.log(); log.Core().Enabled(zap.DebugLevel) {
-		log.Debug("lock transition", zap.Stringer("from", from), zap.Stringer("to", to))
-	}
+// startWatchLocked runs ew and the watch for work started directly on its
+// engine; g.mu is held.
+func (g *GPU) startWatchLocked(ew *engineWatch) {
+	ctx, cancel := context.WithCancel(g.ctx)
+	ew.stop = cancel
+	g.watches[ew.e.Name()] = ew
+	g.spawnLocked(func() { ew.w.Run(ctx) })
+	g.spawnLocked(func() { g.watchForeignWork(ctx, ew.e, ew.w) })
 }
 
 // reachability is what the last contact with an upstream showed, and
-// when one last succeeded.
+// when one last succeeded; under g.mu.
 type reachability struct {
-	v    atomic.Int32
-	okAt atomic.Int64 // UnixNano of the last successful contact
+	v    int8      // 0 unknown, 1 reachable, 2 not
+	okAt time.Time // the last successful contact
 }
 
 func (r *reachability) set(err error) {
 	if err == nil {
-		r.okAt.Store(time.Now().UnixNano())
-		r.v.Store(1)
+		r.okAt = time.Now()
+		r.v = 1
 	} else {
-		r.v.Store(2)
+		r.v = 2
 	}
 }
 
 // get returns nil while unknown.
 func (r *reachability) get() *bool {
-	switch r.v.Load() {
+	switch r.v {
 	case 1:
 		t := true
 		return &t
@@ -320,7 +280,7 @@ func (r *reachability) get() *bool {
 
 // fresh reports whether the last contact succeeded within window of now.
 func (r *reachability) fresh(now time.Time, window time.Duration) bool {
-	return r.v.Load() == 1 && now.Sub(time.Unix(0, r.okAt.Load())) < window
+	return r.v == 1 && now.Sub(r.okAt) < window
 }
 
 func randomID() string {
@@ -328,9 +288,3 @@ func randomID() string {
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
-
-// Interface guards
-var (
-	_ lock.Effects  = (*GPU)(nil)
-	_ lock.Observer = (*GPU)(nil)
-)

@@ -127,17 +127,13 @@ func testConfig() *Config {
 // waitState polls the status until cond holds.
 func (f *fixture) waitState(t *testing.T, what string, cond func(Status) bool) Status {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		st := f.g.Status()
-		if cond(st) {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached; status %+v", what, st)
-		}
-		time.Sleep(5 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := f.g.WaitStatus(ctx, cond)
+	if err != nil {
+		t.Fatalf("%s: not reached; status %+v", what, st)
 	}
+	return st
 }
 
 // loadModel has the fake Ollama load a model, as a chat would.

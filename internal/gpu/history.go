@@ -1,7 +1,6 @@
 package gpu
 
 import (
-	"sync"
 	"time"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
@@ -13,14 +12,12 @@ const historySize = 512
 
 // history keeps the recent past of one turnstile in fixed-size rings: state
 // transitions, finished jobs, and timed steps (unload, free, warm). The
-// status page and GET .../history read it.
+// status page and GET .../history read it. It is part of the GPU's state,
+// under g.mu.
 type history struct {
-	mu          sync.Mutex
 	transitions ring[TransitionEntry]
 	jobs        ring[JobEntry]
 	events      ring[EventEntry]
-	// recorded is told of each job and step recorded, outside mu.
-	recorded func(event string, v any)
 }
 
 type TransitionEntry struct {
@@ -45,8 +42,8 @@ type EventEntry struct {
 	Detail  string    `json:"detail,omitempty"`
 }
 
-func newHistory(size int) *history {
-	return &history{
+func newHistory(size int) history {
+	return history{
 		transitions: newRing[TransitionEntry](size),
 		jobs:        newRing[JobEntry](size),
 		events:      newRing[EventEntry](size),
@@ -58,8 +55,6 @@ func newHistory(size int) *history {
 const idleGapMerge = time.Second
 
 func (h *history) addTransition(at time.Time, from, to lock.State) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	if last, ok := h.transitions.last(); ok && from == lock.Idle && to == lock.LLM &&
 		last.From == "llm" && last.To == "idle" && at.Sub(last.At) < idleGapMerge {
 		h.transitions.pop()
@@ -68,23 +63,21 @@ func (h *history) addTransition(at time.Time, from, to lock.State) {
 	h.transitions.add(TransitionEntry{At: at, From: from.String(), To: to.String()})
 }
 
-func (h *history) addJob(j JobEntry) {
-	h.mu.Lock()
-	h.jobs.add(j)
-	h.mu.Unlock()
-	if h.recorded != nil {
-		h.recorded("job", j)
-	}
+// addJob records a job's end, and sends it to the live events.
+func (g *GPU) addJob(j JobEntry) {
+	g.mu.Lock()
+	g.history.jobs.add(j)
+	g.recordedLocked("job", j)
+	g.mu.Unlock()
 }
 
-func (h *history) addEvent(kind string, took time.Duration, detail string) {
+// addEvent records a timed step, and sends it to the live events.
+func (g *GPU) addEvent(kind string, took time.Duration, detail string) {
 	e := EventEntry{At: time.Now(), Kind: kind, Seconds: took.Seconds(), Detail: detail}
-	h.mu.Lock()
-	h.events.add(e)
-	h.mu.Unlock()
-	if h.recorded != nil {
-		h.recorded("step", e)
-	}
+	g.mu.Lock()
+	g.history.events.add(e)
+	g.recordedLocked("step", e)
+	g.mu.Unlock()
 }
 
 // HistoryView is the JSON form of a history.
@@ -96,8 +89,6 @@ type HistoryView struct {
 
 // view returns the entries newer than since (all if zero), oldest first.
 func (h *history) view(since time.Time) HistoryView {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	return HistoryView{
 		Transitions: filter(h.transitions.items(), func(e TransitionEntry) bool { return e.At.After(since) }),
 		Jobs: filter(h.jobs.items(), func(e JobEntry) bool {
@@ -109,8 +100,6 @@ func (h *history) view(since time.Time) HistoryView {
 
 // recentJobSeconds returns the durations of the last n successful jobs.
 func (h *history) recentJobSeconds(n int) []float64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	var out []float64
 	items := h.jobs.items()
 	for i := len(items) - 1; i >= 0 && len(out) < n; i-- {

@@ -57,25 +57,26 @@ func TestHistoryMergesShortIdleGaps(t *testing.T) {
 
 func TestHistoryIsBoundedUnderConcurrentUse(t *testing.T) {
 	t.Parallel()
-	h := newHistory(historySize)
+	g := New("t", &recorder{})
+	defer g.Close()
 	var wg sync.WaitGroup
 	for w := range 8 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range 1000 {
-				h.addTransition(time.Now(), lock.Image, lock.Hold)
-				h.addJob(JobEntry{PromptID: "p", Started: time.Now(), Outcome: "success", Seconds: float64(w*1000 + i)})
-				h.addEvent("free", time.Millisecond, "")
+				(*effects)(g).Transition(lock.Image, lock.Hold)
+				g.addJob(JobEntry{PromptID: "p", Started: time.Now(), Outcome: "success", Seconds: float64(w*1000 + i)})
+				g.addEvent("free", time.Millisecond, "")
 				if i%100 == 0 {
-					h.view(time.Time{})
-					h.recentJobSeconds(15)
+					g.History(time.Time{})
+					g.EstimateWait(time.Second)
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	v := h.view(time.Time{})
+	v := g.History(time.Time{})
 	if len(v.Transitions) != historySize || len(v.Jobs) != historySize || len(v.Events) != historySize {
 		t.Fatalf("sizes %d %d %d, want %d each", len(v.Transitions), len(v.Jobs), len(v.Events), historySize)
 	}

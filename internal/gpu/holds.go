@@ -25,13 +25,16 @@ type Hold struct {
 	use *use // the GPU, from the moment it is held
 	// ready is closed once use may be ended: at once for a new hold, once
 	// the engines are emptied for a restored one (nil: ready).
-	ready   chan struct{}
-	mu      sync.Mutex
+	ready chan struct{}
+
+	// Under g.mu: the lease, its timer, and whether the hold has ended.
 	expires time.Time
 	timer   *time.Timer
 	ended   bool
+
 	// storeMu orders the hold's writes to the hold store, so that no
-	// renewal's save lands after the end's delete.
+	// renewal's save lands after the end's delete. It is held across the
+	// store's I/O, so it cannot be g.mu.
 	storeMu sync.Mutex
 }
 
@@ -79,8 +82,13 @@ func (h *Hold) Presence() bool { return h.Source == sourcePresence }
 
 // Status returns the hold as the status shows it.
 func (h *Hold) Status() HoldStatus {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.g.mu.Lock()
+	defer h.g.mu.Unlock()
+	return h.statusLocked()
+}
+
+// statusLocked is Status with g.mu held.
+func (h *Hold) statusLocked() HoldStatus {
 	return HoldStatus{ID: h.ID, Turnstile: h.g.name, Owner: h.Owner, Source: h.Source, Since: h.Since, ExpiresAt: h.expires}
 }
 
@@ -137,9 +145,17 @@ func (g *GPU) grantHold(ctx context.Context, owner string, ttl time.Duration, st
 	h := &Hold{ID: randomID(), Owner: owner, Source: source, Since: time.Now(), TTL: ttl, g: g, use: u}
 	u.tr.detached = true // ended by a later request, or its lease
 	g.mu.Lock()
-	g.act.holds[h.ID] = h
+	closing := g.closed
+	if !closing {
+		g.act.holds[h.ID] = h
+		g.touch()
+	}
 	g.mu.Unlock()
-	g.notify()
+	if closing { // Close has collected the holds: this one ends here
+		h.ended = true
+		u.end()
+		return nil, g.ctx.Err()
+	}
 	if source == sourcePresence {
 		g.metrics.HoldEvent("presence")
 	} else {
@@ -186,8 +202,14 @@ func (h *Hold) Renew(ttl time.Duration) bool {
 
 // arm sets the lease to end at expires; false if the hold has ended.
 func (h *Hold) arm(expires time.Time) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	g := h.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return h.armLocked(expires)
+}
+
+// armLocked is arm with g.mu held.
+func (h *Hold) armLocked(expires time.Time) bool {
 	if h.ended {
 		return false
 	}
@@ -196,6 +218,7 @@ func (h *Hold) arm(expires time.Time) bool {
 		h.timer.Stop()
 	}
 	h.timer = time.AfterFunc(time.Until(expires), func() { h.g.spawn(func() { h.End("expired") }) })
+	h.g.touch()
 	return true
 }
 
@@ -207,10 +230,10 @@ func (h *Hold) save() {
 	}
 	h.storeMu.Lock()
 	defer h.storeMu.Unlock()
-	h.mu.Lock()
+	h.g.mu.Lock()
 	rec := SavedHold{ID: h.ID, Owner: h.Owner, TTL: h.TTL, Since: h.Since, ExpiresAt: h.expires}
 	ended := h.ended
-	h.mu.Unlock()
+	h.g.mu.Unlock()
 	if ended {
 		return
 	}
@@ -243,21 +266,19 @@ func (g *GPU) holdStore() HoldStore {
 // It reports whether this call ended it. A hold ended by shutdown stays in
 // the hold store, to be taken again when Caddy starts within its ttl.
 func (h *Hold) End(reason string) bool {
-	h.mu.Lock()
+	g := h.g
+	g.mu.Lock()
 	if h.ended {
-		h.mu.Unlock()
+		g.mu.Unlock()
 		return false
 	}
 	h.ended = true
 	if h.timer != nil {
 		h.timer.Stop()
 	}
-	h.mu.Unlock()
-	g := h.g
-	g.mu.Lock()
 	delete(g.act.holds, h.ID)
+	g.touch()
 	g.mu.Unlock()
-	g.notify()
 	g.metrics.HoldEvent(reason)
 	g.log().Info("GPU hold ended", zap.String("hold", h.ID), zap.String("owner", h.Owner),
 		zap.String("reason", reason), zap.Duration("held", time.Since(h.Since)))
@@ -271,73 +292,6 @@ func (h *Hold) End(reason string) bool {
 	return true
 }
 
-// restoreHold takes again, at start-up, the hold that the hold store says
-// was in place when Caddy last stopped (the latest granted whose lease has
-// not run out: holds are exclusive, so any other is a leftover, and is
-// deleted). It takes the lock at once, before any LLM request, keeps the
-// hold's id and lease, and empties the engines in the background. It runs
-// under g.mu, in the first Apply, and reports whether a hold was restored.
-func (g *GPU) restoreHold(c *Config) bool {
-	if c.HoldStore == nil {
-		return false
-	}
-	saved, err := c.HoldStore.Load()
-	if err != nil {
-		g.log().Error("reading the saved holds: none is restored", zap.Error(err))
-		return false
-	}
-	now := time.Now()
-	var live *SavedHold
-	var stale []string
-	for i := range saved {
-		s := &saved[i]
-		switch {
-		case !s.ExpiresAt.After(now):
-			stale = append(stale, s.ID)
-		case live == nil || s.Since.After(live.Since):
-			if live != nil {
-				stale = append(stale, live.ID)
-			}
-			live = s
-		default:
-			stale = append(stale, s.ID)
-		}
-	}
-	for _, id := range stale {
-		g.spawn(func() {
-			if err := c.HoldStore.Delete(id); err != nil {
-				g.log().Warn("deleting a leftover saved hold", zap.String("hold", id), zap.Error(err))
-			}
-		})
-	}
-	if live == nil {
-		return false
-	}
-	if err := g.lock.AcquireExclusive(g.ctx, lock.ExternalHold); err != nil {
-		return false
-	}
-	u := &use{g: g, c: c}
-	// The image engines are probed once the hold ends: until then what
-	// they hold is unknown (A1111 loads its checkpoint at launch), so
-	// each is freed for the hold.
-	for _, e := range c.Images {
-		g.run(e).owed.Store(true)
-	}
-	h := &Hold{ID: live.ID, Owner: live.Owner, Source: sourceAdmin, Since: live.Since, TTL: live.TTL, g: g, use: u, ready: make(chan struct{})}
-	g.act.holds[h.ID] = h
-	h.arm(live.ExpiresAt)
-	g.metrics.HoldEvent("restored")
-	g.log().Info("GPU hold restored", zap.String("hold", h.ID), zap.String("owner", h.Owner),
-		zap.Time("expires_at", live.ExpiresAt))
-	g.spawn(func() {
-		defer close(h.ready)
-		if err := g.prepareHold(g.ctx, u); err != nil {
-			g.log().Warn("emptying the GPU for the restored hold", zap.String("hold", h.ID), zap.Error(err))
-		}
-	})
-	return true
-}
-
 // FindHold returns the hold with this id, or nil.
 func (g *GPU) FindHold(id string) *Hold {
 	g.mu.Lock()
@@ -345,15 +299,11 @@ func (g *GPU) FindHold(id string) *Hold {
 	return g.act.holds[id]
 }
 
-// endHolds ends every hold; Caddy is stopping.
-func (g *GPU) endHolds() {
-	g.mu.Lock()
+// holdList returns the holds; g.mu is held.
+func (g *GPU) holdList() []*Hold {
 	hs := make([]*Hold, 0, len(g.act.holds))
 	for _, h := range g.act.holds {
 		hs = append(hs, h)
 	}
-	g.mu.Unlock()
-	for _, h := range hs {
-		h.End("shutdown")
-	}
+	return hs
 }

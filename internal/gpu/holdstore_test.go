@@ -65,9 +65,14 @@ func TestRestoreHoldAtStartUp(t *testing.T) {
 			"expired": {ID: "expired", Owner: "y", TTL: time.Minute, Since: now.Add(-2 * time.Minute), ExpiresAt: now.Add(-time.Second)},
 		}}
 		g, m := newFakeGPU(t, &fakeLLM{loaded: []string{"m1"}}, func(c *Config) { c.HoldStore = store })
-		// Held from Apply on: no LLM request can get in.
-		if g.State() != lock.Hold || g.Lock().TryAcquireShared() {
+		// Held from Apply on: no LLM request can get in. The hold is
+		// restored on the GPU's own goroutine.
+		if g.Lock().TryAcquireShared() {
 			t.Fatalf("after Apply: %v, want held", g.State())
+		}
+		synctest.Wait()
+		if g.State() != lock.Hold {
+			t.Fatalf("after the start-up: %v, want held", g.State())
 		}
 		h := g.FindHold("live")
 		if h == nil || h.Owner != "game" || !h.Status().ExpiresAt.Equal(now.Add(2*time.Minute)) {

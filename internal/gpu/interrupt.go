@@ -23,16 +23,14 @@ const (
 // cancel and job_timeout share it) and returns the error of its first
 // interrupt, which then stops it: the engine did not take it.
 func (j *ImageJob) interruptUntilOver() error {
-	s := j.stop
-	s.mu.Lock()
-	if s.interrupting {
-		s.mu.Unlock()
+	if j.setFlag(&j.stop.interrupting, true) {
 		return nil
 	}
-	s.interrupting = true
-	s.mu.Unlock()
 	first := make(chan error, 1)
-	j.g.spawn(func() { j.keepInterrupting(first) })
+	if !j.g.spawn(func() { j.keepInterrupting(first) }) {
+		j.setFlag(&j.stop.interrupting, false)
+		return j.g.ctx.Err() // closing
+	}
 	return <-first
 }
 
@@ -43,17 +41,13 @@ func (j *ImageJob) interruptUntilOver() error {
 // none once one is set on the running job.
 func (j *ImageJob) keepInterrupting(first chan<- error) {
 	g, s := j.g, j.stop
-	defer func() {
-		s.mu.Lock()
-		s.interrupting = false
-		s.mu.Unlock()
-	}()
+	defer j.setFlag(&s.interrupting, false)
 	start := time.Now()
 	grace := time.NewTimer(j.c.InterruptGrace)
 	defer grace.Stop()
 	delay, overdue := resendEvery, false
 	for n := 0; ; n++ {
-		if !s.landed.Load() {
+		if !j.flag(&s.landed) {
 			err := j.sendOnce(n == 0)
 			switch {
 			case n == 0:
@@ -94,12 +88,12 @@ func (j *ImageJob) sendOnce(first bool) error {
 	// Marked before it is sent: the job may end as it lands (ComfyUI
 	// may drop the queued job, and its watch see it gone, before the
 	// answer comes).
-	wasSet := s.interrupted.Swap(true)
+	wasSet := j.setFlag(&s.interrupted, true)
 	var err error
 	if ri, ok := j.e.(RunningInterrupter); ok {
 		var landed bool
 		if landed, err = ri.InterruptRunning(ctx); err == nil || jsonhttp.Refused(err) {
-			s.landed.Store(landed)
+			j.setFlag(&s.landed, landed)
 		}
 	} else {
 		err = j.e.Interrupt(ctx, s.id)
@@ -108,7 +102,7 @@ func (j *ImageJob) sendOnce(first bool) error {
 		return nil
 	}
 	if first && !wasSet {
-		s.interrupted.Store(false) // not asked after all
+		j.setFlag(&s.interrupted, false) // not asked after all
 	}
 	return err
 }
@@ -151,10 +145,10 @@ func (j *ImageJob) overrun(id string) string {
 	s.stopInterrupting()
 	switch {
 	case err == nil:
-		g.history.addEvent("interrupt", time.Since(start), id)
+		g.addEvent("interrupt", time.Since(start), id)
 		g.log().Info("interrupted image job stopped", zap.String("prompt_id", id), zap.String("outcome", outcome), zap.Duration("after", time.Since(start)))
 		return "timeout"
-	case s.abandoned():
+	case j.abandoned():
 		return "abandoned"
 	}
 	return "shutdown"
@@ -197,7 +191,7 @@ func (g *GPU) ForceEndJob(ctx context.Context, by string) (Cancelled, error) {
 			g.log().Warn("interrupt before the forced end failed", zap.String("engine", j.e.Name()), zap.Error(err))
 		}
 	}
-	if !s.forced.Swap(true) {
+	if !j.setFlag(&s.forced, true) {
 		g.log().Warn("image job abandoned by an operator: the GPU is handed on after the engine's free, while the job may still compute",
 			zap.String("engine", j.e.Name()), zap.Stringp("prompt_id", s.promptID()), zap.String("by", by), zap.Time("at", time.Now()))
 	}
@@ -213,12 +207,11 @@ func (g *GPU) ForceEndJob(ctx context.Context, by string) (Cancelled, error) {
 
 // updateJob changes the status's job while it is j's.
 func (g *GPU) updateJob(j *ImageJob, change func(*Job)) {
-	g.mu.Lock()
-	if g.imageJob == j && g.act.job != nil {
-		job := *g.act.job
-		change(&job)
-		g.act.job = &job
-	}
-	g.mu.Unlock()
-	g.notify()
+	g.update(func() {
+		if g.act.image == j && g.act.job != nil {
+			job := *g.act.job
+			change(&job)
+			g.act.job = &job
+		}
+	})
 }

@@ -66,8 +66,10 @@ func (g *GPU) BeginImage(ctx context.Context, engine string) (*ImageJob, error) 
 		return nil, fmt.Errorf("%w: %q (dropped by a reload)", ErrNoEngine, engine)
 	}
 	j := &ImageJob{use: u, e: e, started: time.Now(), source: "proxy", stop: newJobStop(g.ctx)}
-	g.setImageJob(j)
-	g.setJob(&Job{Engine: e.Name(), Source: j.source, Phase: "unloading", Started: j.started})
+	g.update(func() {
+		g.act.image = j
+		g.setJobLocked(&Job{Engine: e.Name(), Source: j.source, Phase: "unloading", Started: j.started})
+	})
 	return j, nil
 }
 
@@ -104,17 +106,17 @@ func (j *ImageJob) ready(ctx context.Context) error {
 	// The step loads memory (A1111's checkpoint back on the GPU), even
 	// when it fails part way or the job then ends unsent: the engine owes
 	// a free from now on, before anyone else has the GPU.
-	j.g.run(j.e).owed.Store(true)
+	j.g.owe(j.e)
 	start := time.Now()
 	err := p.Prepare(ctx)
 	stepEvent(ctx, "readied", j.e.Name(), time.Since(start), err)
 	if err != nil {
-		j.g.run(j.e).up.set(err)
+		j.g.reached(j.e, err)
 		j.g.metrics.UpstreamError(upstreamKind(j.e), j.e.Name(), "prepare")
 		return fmt.Errorf("%s not readied for the job: %w", j.e.Name(), err)
 	}
 	if took := time.Since(start); took > time.Millisecond {
-		j.g.history.addEvent("prepare", took, j.e.Name())
+		j.g.addEvent("prepare", took, j.e.Name())
 	}
 	return nil
 }
@@ -137,7 +139,7 @@ func (j *ImageJob) Submitting() error {
 		j.stop.putOnEngine("")
 	}
 	j.g.setPhase(phase)
-	j.g.run(j.e).set(stateRunning)
+	j.g.setState(j.e, stateRunning)
 	return nil
 }
 
@@ -148,7 +150,7 @@ func (j *ImageJob) Submitting() error {
 // engine owes a free.
 func (j *ImageJob) End(outcome string) {
 	if outcome == "failed" {
-		j.g.run(j.e).owed.Store(true)
+		j.g.owe(j.e)
 	}
 	j.finish("", outcome)
 }
@@ -164,7 +166,9 @@ func (j *ImageJob) Ran(outcome string) {
 	j.ran()
 	j.g.setPhase("draining queue")
 	j.tr.detached = true
-	j.g.spawn(func() { j.drain(outcome) })
+	if !j.g.spawn(func() { j.drain(outcome) }) {
+		j.finish("", "shutdown") // closing: the job ends here
+	}
 }
 
 // drain waits, within job_timeout, until a synchronous job's engine is
@@ -194,7 +198,7 @@ func (j *ImageJob) waitResult(outcome string, err error) string {
 		return outcome
 	case j.g.ctx.Err() != nil:
 		return "shutdown"
-	case j.stop.abandoned():
+	case j.abandoned():
 		return "abandoned"
 	}
 	return "timeout"
@@ -203,7 +207,7 @@ func (j *ImageJob) waitResult(outcome string, err error) string {
 // ran records that work ran on the job's engine.
 func (j *ImageJob) ran() {
 	j.owesFree = true
-	j.g.run(j.e).owed.Store(true)
+	j.g.owe(j.e)
 }
 
 // Submitted says the image engine queued the job as id: the GPU stays the
@@ -215,7 +219,9 @@ func (j *ImageJob) Submitted(id string) {
 	j.stop.putOnEngine(id)
 	j.g.log().Info("image job queued; holding the GPU until it ends", zap.String("prompt_id", id))
 	j.tr.detached, j.tr.promptID = true, id
-	j.g.spawn(func() { j.holdForJob(id) })
+	if !j.g.spawn(func() { j.holdForJob(id) }) {
+		j.finish(id, "shutdown") // closing: the job ends here
+	}
 }
 
 // holdForJob keeps the GPU until the job has ended and ComfyUI's queue is
@@ -257,12 +263,14 @@ func (j *ImageJob) finish(id, outcome string) {
 	took := time.Since(j.started)
 	if j.owesFree {
 		g.metrics.JobEnded(outcome, took)
-		g.history.addJob(JobEntry{PromptID: id, Engine: j.e.Name(), Source: j.source, Started: j.started, Seconds: took.Seconds(), Outcome: outcome})
+		g.addJob(JobEntry{PromptID: id, Engine: j.e.Name(), Source: j.source, Started: j.started, Seconds: took.Seconds(), Outcome: outcome})
 		g.log().Info("image job ended", zap.String("prompt_id", id), zap.String("outcome", outcome), zap.Duration("duration", took))
 	}
-	if run := g.run(j.e); run.is(stateRunning) {
-		run.set(stateReady)
-	}
+	g.withRun(j.e, func(r *engineRun) {
+		if r.state == stateRunning {
+			r.state = stateReady
+		}
+	})
 	// Work that never reached the engine has surely stopped; work that
 	// did and ended here unconfirmed (timeout, shutdown) may compute on.
 	j.stop.end(outcome, !j.owesFree)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
@@ -34,7 +33,10 @@ func (g *GPU) acquireExclusive(ctx context.Context, kind lock.Kind) error {
 	}
 	start := time.Now()
 	done := g.wait(ctx, kind.State(), start)
-	err := g.lock.AcquireExclusive(ctx, kind)
+	err := g.afterStartUp(ctx)
+	if err == nil {
+		err = g.lock.AcquireExclusive(ctx, kind)
+	}
 	done()
 	if err != nil {
 		return err
@@ -43,16 +45,21 @@ func (g *GPU) acquireExclusive(ctx context.Context, kind lock.Kind) error {
 	return nil
 }
 
-// Free implements lock.Effects: before the GPU leaves exclusive use, the
-// image engines that ran are freed (confirmed), then the LLM engines that
-// were put to sleep are woken (confirmed).
-func (g *GPU) Free() {
-	ctx, span := g.startFree()
-	done := g.free(ctx)
-	if !done {
-		span.SetStatus(codes.Error, "an image engine may still hold memory, or an LLM engine still sleeps")
+// afterStartUp waits until the start-up has settled who has the GPU
+// first, or ctx ends.
+func (g *GPU) afterStartUp(ctx context.Context) error {
+	g.mu.Lock()
+	settling := g.settling
+	g.mu.Unlock()
+	if settling == nil {
+		return nil
 	}
-	span.End()
+	select {
+	case <-settling:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // free readies the GPU for LLM use and reports whether every step did its
@@ -64,10 +71,10 @@ func (g *GPU) free(ctx context.Context) (done bool) {
 	if c == nil || g.ctx.Err() != nil {
 		return true // Caddy is stopping and nobody will use the GPU after
 	}
-	owed := g.owedRuns()
+	owed := g.owedEngines()
 	done = true
-	for _, r := range owed {
-		if e, ok := r.eng.Load().Engine.(ImageEngine); ok && !g.freeImage(ctx, c, e) {
+	for _, e := range owed {
+		if e, ok := e.(ImageEngine); ok && !g.freeImage(ctx, c, e) {
 			done = false
 		}
 	}
@@ -77,8 +84,8 @@ func (g *GPU) free(ctx context.Context) (done bool) {
 			g.log().Warn("LLM requests go ahead without the memory min_free_vram asks for", zap.Error(err))
 		}
 	}
-	for _, r := range owed {
-		e, _ := r.eng.Load().Engine.(LLMEngine)
+	for _, e := range owed {
+		e, _ := e.(LLMEngine)
 		if w, ok := e.(Waker); ok && !g.wake(ctx, c, e, w) {
 			done = false
 			g.spawn(func() { g.retryWake(c, e, w) })
@@ -92,8 +99,7 @@ func (g *GPU) free(ctx context.Context) (done bool) {
 func (g *GPU) freeImage(ctx context.Context, c *Config, e ImageEngine) bool {
 	ctx, cancel := context.WithTimeout(ctx, c.FreeTimeout)
 	defer cancel()
-	run := g.run(e)
-	run.set(stateFreeing)
+	g.setState(e, stateFreeing)
 	start := time.Now()
 	confirmed, err := e.Free(ctx)
 	if errors.Is(err, ErrNoGPUReading) {
@@ -107,22 +113,24 @@ func (g *GPU) freeImage(ctx context.Context, c *Config, e ImageEngine) bool {
 	stepEvent(ctx, "freed", e.Name(), took, err)
 	switch {
 	case err == nil:
-		run.up.set(nil)
+		g.reached(e, nil)
 		g.metrics.Step("free", e.Name(), took)
-		g.history.addEvent("free", took, e.Name())
+		g.addEvent("free", took, e.Name())
 		g.log().Info(e.Name()+" freed", zap.Duration("duration", took))
 	case jsonhttp.Refused(err):
-		run.up.set(err)
+		g.reached(e, err)
 		g.log().Warn(e.Name()+" refuses connections: not running, so holding no GPU memory", zap.Error(err))
 	default:
-		run.set(stateReady)
+		g.setState(e, stateReady)
 		g.metrics.UpstreamError(upstreamKind(e), e.Name(), "free")
 		g.log().Error(e.Name()+" free not confirmed within free_timeout; releasing the GPU anyway",
 			zap.Duration("free_timeout", c.FreeTimeout), zap.Error(err))
 		return false
 	}
-	run.set(stateFreed)
-	run.owed.Store(false)
+	g.withRun(e, func(r *engineRun) {
+		r.state = stateFreed
+		r.owed = false
+	})
 	return true
 }
 
@@ -131,24 +139,28 @@ func (g *GPU) freeImage(ctx context.Context, c *Config, e ImageEngine) bool {
 func (g *GPU) wake(ctx context.Context, c *Config, e LLMEngine, w Waker) bool {
 	ctx, cancel := context.WithTimeout(ctx, c.UnloadTimeout)
 	defer cancel()
-	run := g.run(e)
-	run.set(stateWaking)
+	g.setState(e, stateWaking)
 	start := time.Now()
 	err := w.Wake(ctx)
 	took := time.Since(start)
 	stepEvent(ctx, "woken", e.Name(), took, err)
-	run.up.set(err)
+	g.withRun(e, func(r *engineRun) {
+		r.up.set(err)
+		if err != nil {
+			r.state = stateAsleep
+		} else {
+			r.owed = false
+			r.state = stateReady
+		}
+	})
 	if err != nil {
-		run.set(stateAsleep)
 		g.metrics.UpstreamError(e.Kind(), e.Name(), "wake")
 		g.log().Error(e.Name()+" did not wake within unload_timeout: its requests queue inside it until it does",
 			zap.Duration("unload_timeout", c.UnloadTimeout), zap.Error(err))
 		return false
 	}
-	run.owed.Store(false)
-	run.set(stateReady)
 	g.metrics.Step("wake", e.Name(), took)
-	g.history.addEvent("wake", took, e.Name())
+	g.addEvent("wake", took, e.Name())
 	g.log().Info(e.Name()+" woken", zap.Duration("duration", took))
 	return true
 }
@@ -159,9 +171,8 @@ func (g *GPU) wake(ctx context.Context, c *Config, e LLMEngine, w Waker) bool {
 // holder; while one holds or waits for the GPU it waits, since that use
 // leaves the engine owed a wake again anyway.
 func (g *GPU) retryWake(c *Config, e LLMEngine, w Waker) {
-	run := g.run(e)
 	delay := c.BackoffInitial
-	for run.owed.Load() {
+	for g.isOwed(e) {
 		select {
 		case <-g.ctx.Done():
 			return
@@ -181,14 +192,19 @@ func (g *GPU) wakeShared(c *Config, e LLMEngine, w Waker) bool {
 		return false
 	}
 	defer g.lock.ReleaseShared()
-	return !g.run(e).owed.Load() || g.wake(g.ctx, c, e, w)
+	return !g.isOwed(e) || g.wake(g.ctx, c, e, w)
 }
 
 // reportNoGPUReading says once per engine, in the log and the status,
 // that an image engine reports no GPU memory, so its frees (and
 // min_free_vram's probe through it) cannot be confirmed.
 func (g *GPU) reportNoGPUReading(engine string, err error) {
-	if g.runNamed(engine).noGPUReading.CompareAndSwap(false, true) {
+	first := false
+	g.update(func() {
+		r := g.runLocked(engine)
+		first, r.noGPUReading = !r.noGPUReading, true
+	})
+	if first {
 		g.log().Warn(engine+" reports no GPU memory: its frees are not confirmed, and min_free_vram is not checked through it (use vram_probe nvidia-smi)",
 			zap.Error(err))
 	}
@@ -210,11 +226,14 @@ func upstreamKind(e Engine) string {
 // linked to from's, the request whose use of the GPU it follows.
 func (g *GPU) warm(from spanLink) {
 	c := g.cfg()
-	if c == nil || c.WarmModel == "" || c.warmEngine() == nil || !g.lock.TryAcquireShared() {
+	if c == nil || c.WarmModel == "" || c.warmEngine() == nil || g.ctx.Err() != nil || !g.lock.TryAcquireShared() {
 		return
 	}
 	g.setWarming(true)
-	g.spawn(func() { g.warmUp(c, from) })
+	if !g.spawn(func() { g.warmUp(c, from) }) {
+		g.setWarming(false) // closing: nothing is warmed
+		g.lock.ReleaseShared()
+	}
 }
 
 // warmUp runs the warm-up warm started, holding a shared place.
@@ -229,7 +248,7 @@ func (g *GPU) warmUp(c *Config, from spanLink) {
 	err := e.Warm(ctx, c.WarmModel)
 	took := time.Since(start)
 	EndSpan(span, err)
-	g.run(e).up.set(err)
+	g.reached(e, err)
 	if err != nil {
 		g.markAbnormal() // a warm-up cut short leaves its runner behind a while
 		g.metrics.UpstreamError(e.Kind(), e.Name(), "warm")
@@ -237,6 +256,6 @@ func (g *GPU) warmUp(c *Config, from spanLink) {
 		return
 	}
 	g.metrics.Step("warm", e.Name(), took)
-	g.history.addEvent("warm", took, c.WarmModel)
+	g.addEvent("warm", took, c.WarmModel)
 	g.log().Info("model warmed", zap.String("model", c.WarmModel), zap.Duration("duration", took))
 }

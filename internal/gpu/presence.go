@@ -2,7 +2,6 @@ package gpu
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -22,7 +21,7 @@ type presenceState struct {
 	cancel context.CancelFunc // ends the watch
 	w      *presence.Watcher
 
-	mu        sync.Mutex
+	// Under g.mu:
 	acquiring context.CancelFunc // set while a hold is being taken
 	hold      *Hold
 }
@@ -46,20 +45,24 @@ func (g *GPU) watchPresence(c *Config) {
 	for _, s := range c.Presence {
 		st := &presenceState{key: s.String()}
 		if prev := old[st.key]; prev != nil {
-			st.hold = prev.takeHold()
+			st.hold, prev.hold = prev.hold, nil
 		}
 		ctx, cancel := context.WithCancel(g.ctx)
 		st.cancel = cancel
 		st.w = presence.NewWatcher(s, c.PresencePoll, c.HoldReleaseAfter, g.log(),
 			func(owner string) { g.engagePresence(st, owner) }, func() { g.releasePresence(st) })
+		// What the watcher reports is part of the status: each sample
+		// signals (a no-op for the events when nothing changed).
+		st.w.OnSample(func() { g.update(func() {}) })
 		g.presence[st.key] = st
-		g.spawn(func() { st.w.Run(ctx) })
+		g.spawnLocked(func() { st.w.Run(ctx) })
 	}
 	for key, prev := range old {
 		prev.cancel()
 		if _, kept := g.presence[key]; !kept {
-			if h := prev.takeHold(); h != nil {
-				g.spawn(func() { h.End("released") })
+			if h := prev.hold; h != nil {
+				prev.hold = nil
+				g.spawnLocked(func() { h.End("released") })
 			}
 		}
 		// A hold still being taken for the old state would land where
@@ -69,18 +72,9 @@ func (g *GPU) watchPresence(c *Config) {
 	}
 }
 
-// takeHold hands the state's hold over (to the state that replaces it).
-func (st *presenceState) takeHold() *Hold {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	h := st.hold
-	st.hold = nil
-	return h
-}
-
+// stopAcquiring stops the taking of a hold for st, if one is being
+// taken; g.mu is held.
 func (st *presenceState) stopAcquiring() {
-	st.mu.Lock()
-	defer st.mu.Unlock()
 	if st.acquiring != nil {
 		st.acquiring()
 		st.acquiring = nil
@@ -91,37 +85,49 @@ func (st *presenceState) stopAcquiring() {
 // has one or is taking one. Taking it waits its turn (at the front of the
 // queue) and empties the engines, so it runs in its own goroutine.
 func (g *GPU) engagePresence(st *presenceState, owner string) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	if st.hold != nil || st.acquiring != nil {
 		return
 	}
 	ctx, cancel := context.WithCancel(g.ctx)
 	st.acquiring = cancel
-	g.spawn(func() {
-		h, err := g.takePresence(ctx, owner)
-		st.mu.Lock()
-		defer st.mu.Unlock()
-		if st.acquiring == nil { // released meanwhile
-			if h != nil {
-				g.spawn(func() { h.End("released") })
-			}
-			return
-		}
+	if !g.spawnLocked(func() { g.engaged(st, ctx, cancel, owner) }) {
 		st.acquiring = nil
 		cancel()
-		if err != nil {
-			g.log().Error("presence hold not taken", zap.String("owner", owner), zap.Error(err))
-			return
+	}
+}
+
+// engaged takes the presence hold for st, and keeps it unless st was
+// released meanwhile.
+func (g *GPU) engaged(st *presenceState, ctx context.Context, cancel context.CancelFunc, owner string) {
+	h, err := g.takePresence(ctx, owner)
+	g.mu.Lock()
+	released := st.acquiring == nil
+	if !released {
+		st.acquiring = nil
+		if err == nil {
+			st.hold = h
 		}
-		st.hold = h
-	})
+	}
+	g.mu.Unlock()
+	cancel()
+	switch {
+	case released && h != nil:
+		h.End("released")
+	case !released && err != nil:
+		g.log().Error("presence hold not taken", zap.String("owner", owner), zap.Error(err))
+	}
 }
 
 // releasePresence ends the condition's hold, or stops taking it.
 func (g *GPU) releasePresence(st *presenceState) {
+	g.mu.Lock()
 	st.stopAcquiring()
-	if h := st.takeHold(); h != nil {
+	h := st.hold
+	st.hold = nil
+	g.mu.Unlock()
+	if h != nil {
 		h.End("released")
 	}
 }

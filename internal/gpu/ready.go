@@ -47,11 +47,14 @@ func (g *GPU) Ready(ctx context.Context, class string) (bool, Status) {
 // probed at once).
 func (g *GPU) anyReachable(ctx context.Context, c *Config, engines []Engine) bool {
 	now := time.Now()
+	g.mu.Lock()
 	for _, e := range engines {
-		if g.run(e).up.fresh(now, reachableWindow) {
+		if g.runLocked(e.Name()).up.fresh(now, reachableWindow) {
+			g.mu.Unlock()
 			return true
 		}
 	}
+	g.mu.Unlock()
 	if len(engines) == 0 {
 		return false
 	}
@@ -87,28 +90,33 @@ type probeCall struct {
 // The probe is the GPU's, not the caller's: a check that gives up does
 // not cut it short for the others.
 func (g *GPU) probeOf(c *Config, e Engine) *probeCall {
-	run := g.run(e)
-	run.probeMu.Lock()
-	defer run.probeMu.Unlock()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	run := g.runLocked(e.Name())
 	if run.probe != nil {
 		return run.probe
 	}
 	p := &probeCall{done: make(chan struct{})}
 	run.probe = p
-	g.spawn(func() {
+	if !g.spawnLocked(func() {
 		ctx, cancel := context.WithTimeout(g.ctx, c.ProbeTimeout)
 		err := contact(ctx, e)
 		cancel()
-		run.up.set(err)
 		if err != nil {
 			g.log().Debug(e.Name()+" not reachable for a readiness check", zap.Error(err))
 		}
-		run.probeMu.Lock()
-		run.probe = nil
-		run.probeMu.Unlock()
+		g.update(func() {
+			r := g.runLocked(e.Name())
+			r.up.set(err)
+			r.probe = nil
+		})
 		p.err = err
 		close(p.done)
-	})
+	}) {
+		run.probe = nil
+		p.err = g.ctx.Err() // closing
+		close(p.done)
+	}
 	return p
 }
 
@@ -132,8 +140,10 @@ func contact(ctx context.Context, e Engine) error {
 // name could not reach it: the next readiness check probes it again
 // rather than trust an earlier contact.
 func (g *GPU) NoteUnreachable(name string, err error) {
-	if c := g.cfg(); c != nil && c.engine(name) != nil {
-		g.runNamed(name).up.set(err)
+	if c := g.cfg(); c != nil {
+		if e := c.engine(name); e != nil {
+			g.reached(e, err)
+		}
 	}
 }
 

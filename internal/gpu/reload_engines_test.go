@@ -161,7 +161,7 @@ func TestVLLMSleepCutByTheTimeoutIsWokenAfter(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for vs.Sleeping() {
 		if time.Now().After(deadline) {
-			t.Fatalf("vLLM left asleep (wakes %d, wake owed %v):\n%s", vs.Wakes(), g.runNamed("vllm").owed.Load(), gputest.Dump(card.Events()))
+			t.Fatalf("vLLM left asleep (wakes %d, wake owed %v):\n%s", vs.Wakes(), g.isOwed(g.cfg().LLMs[0]), gputest.Dump(card.Events()))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -228,15 +228,14 @@ func TestEngineBackUpOwesAFree(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil)
 	e := f.cfg.Images[0]
-	run := f.g.run(e)
-	run.owed.Store(false)
-	f.g.reportWatch(e, run, true, nil) // connected already: nothing new
-	f.g.reportWatch(e, run, false, context.DeadlineExceeded)
-	if run.owed.Load() {
+	f.g.withRun(e, func(r *engineRun) { r.owed = false })
+	f.g.reportWatch(e, true, nil) // connected already: nothing new
+	f.g.reportWatch(e, false, context.DeadlineExceeded)
+	if f.g.isOwed(e) {
 		t.Fatal("an engine that went down owes a free")
 	}
-	f.g.reportWatch(e, run, true, nil)
-	if !run.owed.Load() {
+	f.g.reportWatch(e, true, nil)
+	if !f.g.isOwed(e) {
 		t.Fatal("an engine back up owes no free")
 	}
 }
@@ -247,13 +246,12 @@ func TestEngineBackUpOwesAFree(t *testing.T) {
 func TestDirectWorkOverWhenSeenOwesAFree(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil)
-	run := f.g.run(f.cfg.Images[0])
-	run.owed.Store(false)
+	f.g.withRun(f.cfg.Images[0], func(r *engineRun) { r.owed = false })
 	if !f.g.takeDirect(f.cfg.Images[0]) {
 		t.Fatal("direct work not taken")
 	}
 	f.g.runDirect("comfyui") // the queue is empty
-	if !run.owed.Load() {
+	if !f.g.isOwed(f.cfg.Images[0]) {
 		t.Fatal("direct work over when seen owes no free")
 	}
 }
@@ -276,7 +274,7 @@ func TestRestoredHoldFreesTheImageEngines(t *testing.T) {
 	g := New("t", &recorder{})
 	defer g.Close()
 	g.Apply(c, zap.NewNop())
-	if g.FindHold("live") == nil {
+	if waitRestored(t, g, "live") == nil {
 		t.Fatal("the hold was not restored")
 	}
 	if !card.WaitFor(10*time.Second, func(ev []gputest.Event) bool { return gputest.Index(ev, 0, "a1111", "checkpoint off GPU") >= 0 }) {
@@ -297,7 +295,7 @@ func TestCloseWithARestoredHold(t *testing.T) {
 	}}
 	g := New("t", &recorder{})
 	g.Apply(c, zap.NewNop())
-	h := g.FindHold("live")
+	h := waitRestored(t, g, "live")
 	if h == nil {
 		t.Fatal("the hold was not restored")
 	}
@@ -312,4 +310,14 @@ func TestCloseWithARestoredHold(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close did not return with a restored hold and the start-up probe behind it")
 	}
+}
+
+// waitRestored waits for the start-up to restore the hold id, and returns
+// it (nil if it was not within 10 s).
+func waitRestored(t *testing.T, g *GPU, id string) *Hold {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	g.WaitStatus(ctx, func(st Status) bool { return len(st.Holds) > 0 })
+	return g.FindHold(id)
 }

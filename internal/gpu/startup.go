@@ -13,54 +13,101 @@ import (
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
 )
 
-// startUp probes the engines once, when the first config starts. Until
-// the image engines' queues are known to be empty, the GPU is treated as
+// startUp begins the start-up, when the first config starts: a hold
+// restored from the hold store, then the probe of the engines. Until the
+// image engines' queues are known to be empty, the GPU is treated as
 // theirs: a job may have been queued before Caddy started, and an engine
 // that answers may hold a past job's memory (A1111 loads its checkpoint
-// at launch), so it owes a free. It runs under g.mu.
+// at launch), so it owes a free. A hold restored from the hold store comes
+// first: it takes the GPU before anything else, and the image engines are
+// probed once it ends.
 //
-// A hold restored from the hold store comes first: it takes the GPU
-// before anything else, and the image engines are probed once it ends.
+// The GPU is taken here, before Apply returns, so that no LLM request gets
+// in before the restored hold or the probe: they wait (within their wait
+// budget). The rest runs on the GPU's own goroutine (settle): the hold
+// store's read is I/O, bounded by restoreTimeout. Until it has settled,
+// image jobs and holds wait too (acquireExclusive), so that the restored
+// hold is the first of them.
 func (g *GPU) startUp(c *Config) {
-	restored := g.restoreHold(c)
-	if len(c.Images) == 0 {
+	if c.HoldStore == nil && len(c.Images) == 0 {
 		for _, e := range c.LLMs {
 			g.spawn(func() { g.probeLLM(c, e) })
 		}
 		return
 	}
-	if restored {
-		g.spawn(func() {
-			if err := g.lock.AcquireExclusive(g.ctx, lock.ImageJob); err == nil {
-				// Not under g.mu: once Close has begun, spawn runs its
-				// function in the caller, and the probe takes g.mu.
-				g.mu.Lock()
-				u := g.markStartUpProbe(c)
-				g.mu.Unlock()
-				g.reconcileAtStart(u)
-			}
-		})
+	held := g.lock.TryAcquireExclusive(lock.ImageJob)
+	phase := "start-up probe"
+	if c.HoldStore != nil {
+		phase = "reading the saved holds"
+	}
+	g.update(func() {
+		g.settling = make(chan struct{})
+		g.markStartUpLocked(c, phase)
+	})
+	if !g.spawn(func() { g.settle(c, held) }) {
+		g.endStartUp(c, held) // closing
+	}
+}
+
+// endStartUp gives back what the start-up held, when it stops early.
+func (g *GPU) endStartUp(c *Config, held bool) {
+	g.settled()
+	g.update(func() {
+		g.act.probing = false
+		g.setJobLocked(nil)
+	})
+	if held {
+		(&use{g: g, c: c}).end()
+	}
+}
+
+// settle runs the start-up on the GPU's goroutine, with the GPU held for
+// it (taken here if Apply could not at once): the hold store first, then
+// the probe of the engines.
+func (g *GPU) settle(c *Config, held bool) {
+	if !held {
+		if err := g.lock.AcquireExclusive(g.ctx, lock.ImageJob); err != nil {
+			g.endStartUp(c, false)
+			return
+		}
+	}
+	if c.HoldStore != nil {
+		if live := g.loadHolds(c); live != nil && g.restoreHold(c, live) {
+			return
+		}
+	}
+	g.settled()
+	if len(c.Images) == 0 {
+		g.endStartUp(c, true)
+		for _, e := range c.LLMs {
+			g.spawn(func() { g.probeLLM(c, e) })
+		}
 		return
 	}
-	if err := g.lock.AcquireExclusive(g.ctx, lock.ImageJob); err == nil {
-		g.beginStartUpProbe(c)
+	g.setPhase("start-up probe")
+	g.reconcileAtStart(&use{g: g, c: c})
+}
+
+// settled lets the image jobs and holds that waited for the start-up go
+// on to the lock.
+func (g *GPU) settled() {
+	g.update(func() {
+		if g.settling != nil {
+			close(g.settling)
+			g.settling = nil
+		}
+	})
+}
+
+// markStartUpLocked records the start-up as the work holding the GPU;
+// g.mu is held.
+func (g *GPU) markStartUpLocked(c *Config, phase string) {
+	source := "start-up"
+	if len(c.Images) > 0 {
+		source = c.Images[0].Name()
 	}
-}
-
-// beginStartUpProbe starts the start-up probe of the image engines, with
-// the lock held exclusively. It runs under g.mu, from Apply, which does
-// nothing once Close has begun.
-func (g *GPU) beginStartUpProbe(c *Config) {
-	u := g.markStartUpProbe(c)
-	g.spawn(func() { g.reconcileAtStart(u) })
-}
-
-// markStartUpProbe records the start-up probe as the work holding the
-// GPU, and returns its use; g.mu is held.
-func (g *GPU) markStartUpProbe(c *Config) *use {
 	g.act.probing = true
-	g.act.job = &Job{Source: c.Images[0].Name(), Phase: "start-up probe", Started: time.Now()}
-	return &use{g: g, c: c}
+	g.setJobLocked(&Job{Source: source, Phase: phase, Started: time.Now()})
 }
 
 // currentWatcher returns the running watch over e's events, or nil.
@@ -73,10 +120,12 @@ func (g *GPU) currentWatcher(e ImageEngine) Watch {
 	return nil
 }
 
-func (g *GPU) reportWatch(e ImageEngine, run *engineRun, connected bool, err error) {
-	was := run.ws.Swap(connected)
-	if connected {
-		if !was && run.wsSeen.Swap(true) {
+func (g *GPU) reportWatch(e ImageEngine, connected bool, err error) {
+	back := false
+	g.withRun(e, func(r *engineRun) {
+		was := r.ws
+		r.ws = connected
+		if connected {
 			// Back up after it was down: an engine that restarted may
 			// hold memory it loaded on its own (A1111 loads its
 			// checkpoint at launch), and is freed before the GPU next
@@ -84,15 +133,20 @@ func (g *GPU) reportWatch(e ImageEngine, run *engineRun, connected bool, err err
 			// probe's to judge. Its loading already shares the GPU
 			// with whatever LLM use goes on: the GPU is taken from
 			// LLM use at once, as for direct work, to free it.
-			run.owed.Store(true)
+			back = !was && r.wsSeen
+			r.wsSeen = true
+			r.owed = r.owed || back
+			r.up.set(nil)
+		} else if err != nil {
+			r.up.set(err) // lost contact: unreachable until it is back
+		}
+	})
+	if connected {
+		if back {
 			g.spawn(func() { g.freeAfterReturn(e.Name()) })
 		}
-		run.up.set(nil)
 		g.log().Debug(e.Name() + "'s event stream connected")
 		return
-	}
-	if err != nil {
-		run.up.set(err) // lost contact: unreachable until it is back
 	}
 	g.log().Warn(e.Name()+"'s event stream down; job ends are found by polling until it is back", zap.Error(err))
 }
@@ -110,10 +164,10 @@ func (g *GPU) probeAdded(c *Config, added []ImageEngine) {
 	if err := g.lock.AcquireExclusive(g.ctx, lock.ImageJob); err != nil {
 		return // closed
 	}
-	g.mu.Lock()
-	g.act.probing = true
-	g.act.job = &Job{Source: added[0].Name(), Phase: "probe of an engine the config added", Started: time.Now()}
-	g.mu.Unlock()
+	g.update(func() {
+		g.act.probing = true
+		g.setJobLocked(&Job{Source: added[0].Name(), Phase: "probe of an engine the config added", Started: time.Now()})
+	})
 	g.reconcile(&use{g: g, c: c}, nil, added)
 }
 
@@ -149,11 +203,7 @@ func (g *GPU) reconcile(u *use, llms []LLMEngine, images []ImageEngine) {
 	g.setProbing(false)
 }
 
-func (g *GPU) setProbing(on bool) {
-	g.mu.Lock()
-	g.act.probing = on
-	g.mu.Unlock()
-}
+func (g *GPU) setProbing(on bool) { g.update(func() { g.act.probing = on }) }
 
 // probeImage asks e whether work is queued, and reports whether it is.
 // An engine owes a free unless it refused the connection: one that
@@ -163,14 +213,14 @@ func (g *GPU) probeImage(ctx context.Context, c *Config, e ImageEngine) bool {
 	running, pending, err := g.probeQueue(ctx, e)
 	switch {
 	case err != nil && !jsonhttp.Refused(err):
-		g.run(e).owed.Store(true)
+		g.owe(e)
 		g.log().Warn(e.Name()+" queue unknown; its watch takes over, and it is freed before LLM use",
 			zap.String("url", RedactURL(e.URL())), zap.Error(err))
 		return false
 	case err != nil:
 		return false // not running: no work, no memory
 	}
-	g.run(e).owed.Store(true)
+	g.owe(e)
 	if running+pending == 0 {
 		return false
 	}
@@ -185,32 +235,37 @@ func (g *GPU) probeLLM(c *Config, e LLMEngine) {
 	ctx, cancel := context.WithTimeout(g.ctx, c.ProbeTimeout)
 	defer cancel()
 	models, err := e.Loaded(ctx)
-	run := g.run(e)
 	switch {
 	case errors.Is(err, ErrCannotEmpty):
-		run.up.set(nil)
-		run.set(stateUnemptiable)
+		g.withRun(e, func(r *engineRun) {
+			r.up.set(nil)
+			r.state = stateUnemptiable
+		})
 		g.log().Error(e.Name()+" cannot be emptied as it runs: image jobs and holds will be refused with 503 rather than share the GPU",
 			zap.String("url", RedactURL(e.URL())), zap.Error(err))
 		return
 	case err != nil:
-		run.up.set(err)
+		g.reached(e, err)
 		g.log().Warn(e.Name()+" not reachable at start-up; image jobs proceed only if it refuses connections (not running)",
 			zap.String("url", RedactURL(e.URL())), zap.Error(err))
 		return
 	}
-	run.up.set(nil)
-	if run.is(stateUnemptiable) {
-		run.set(stateReady)
-	}
+	g.withRun(e, func(r *engineRun) {
+		r.up.set(nil)
+		if r.state == stateUnemptiable {
+			r.state = stateReady
+		}
+	})
 	g.log().Info(e.Name()+" reachable", zap.String("url", RedactURL(e.URL())), zap.Int("models_loaded", len(models)))
 	// A sleeping engine found at start (put to sleep before Caddy
 	// started) queues every request until woken. It is woken once the
 	// start-up probe gives the GPU to LLM use, or at once without one.
 	if w, ok := e.(Waker); ok {
 		if asleep, err := w.Asleep(ctx); err == nil && asleep {
-			run.owed.Store(true)
-			run.set(stateAsleep)
+			g.withRun(e, func(r *engineRun) {
+				r.owed = true
+				r.state = stateAsleep
+			})
 			g.log().Warn(e.Name() + " sleeps at start-up; it is woken before LLM use")
 			if len(c.Images) == 0 && !g.wakeShared(c, e, w) {
 				g.spawn(func() { g.retryWake(c, e, w) })
@@ -225,10 +280,9 @@ func (g *GPU) probeLLM(c *Config, e LLMEngine) {
 func (g *GPU) probeQueue(ctx context.Context, e ImageEngine) (running, pending int, err error) {
 	c := g.cfg()
 	delay := min(c.BackoffInitial, 100*time.Millisecond)
-	run := g.run(e)
 	for {
 		running, pending, err = e.Queue(ctx)
-		run.up.set(err)
+		g.reached(e, err)
 		if err == nil || jsonhttp.Refused(err) || ctx.Err() != nil {
 			return running, pending, err
 		}
@@ -250,9 +304,9 @@ func (g *GPU) watchForeignWork(ctx context.Context, e ImageEngine, w Watch) {
 		changed, recheck := w.Changed(), g.recheckDirect()
 		if n, known := w.QueueRemaining(); known && n > 0 {
 			// Work runs on it, whoever takes care of it: it owes a free.
-			g.run(e).owed.Store(true)
-			if g.takeDirect(e) {
-				g.spawn(func() { g.runDirect(e.Name()) })
+			g.owe(e)
+			if g.takeDirect(e) && !g.spawn(func() { g.runDirect(e.Name()) }) {
+				g.endDirect(e) // closing
 			}
 		}
 		select {
@@ -302,7 +356,7 @@ func (g *GPU) runDirect(name string) {
 	// event was stale, a job of ours that just ended: one free more), so
 	// the engine owes a free, paid at the next hand-over.
 	if !g.queued(c, e) {
-		g.run(e).owed.Store(true)
+		g.owe(e)
 		return
 	}
 	if err := g.acquireExclusive(g.ctx, lock.ImageJob); err != nil {
@@ -337,7 +391,7 @@ func (g *GPU) queued(c *Config, e ImageEngine) bool {
 func (g *GPU) drainDirect(u *use, e ImageEngine) {
 	c := u.c
 	u.owesFree, u.warmAfter = true, true
-	g.run(e).owed.Store(true)
+	g.owe(e)
 	if err := g.emptyForExclusive(g.ctx, c, e); err != nil {
 		g.log().Error("GPU not emptied while "+e.Name()+" runs work started on it directly", zap.Error(err))
 	}
@@ -363,7 +417,7 @@ func (g *GPU) freeAfterReturn(name string) {
 		return
 	}
 	defer g.endDirect(e)
-	if st := g.lock.State(); st == lock.Image || st == lock.Hold {
+	if st := g.State(); st == lock.Image || st == lock.Hold {
 		return
 	}
 	if err := g.acquireExclusive(g.ctx, lock.ImageJob); err != nil {

@@ -72,12 +72,31 @@ type UpstreamStatus struct {
 	GPUReading *bool `json:"gpu_reading,omitempty"`
 }
 
-// Status returns what the GPU is doing now.
-func (g *GPU) Status() Status { return g.statusAt(g.lock.Snapshot()) }
-
-// statusAt returns the status with the lock as snap shows it.
-func (g *GPU) statusAt(snap lock.Snapshot) Status {
+// Status returns what the GPU is doing now: the lock and the GPU's state
+// at one instant.
+func (g *GPU) Status() Status {
+	var st Status
 	now := time.Now()
+	g.lock.View(func(snap lock.Snapshot) {
+		g.mu.Lock()
+		st = g.statusLocked(snap, now)
+		g.mu.Unlock()
+	})
+	return g.finish(st)
+}
+
+// statusAt returns the status with the lock as snap shows it and the
+// GPU's state as it is now.
+func (g *GPU) statusAt(snap lock.Snapshot) Status {
+	g.mu.Lock()
+	st := g.statusLocked(snap, time.Now())
+	g.mu.Unlock()
+	return g.finish(st)
+}
+
+// statusLocked copies the status out of snap and the GPU's state; g.mu
+// is held.
+func (g *GPU) statusLocked(snap lock.Snapshot, now time.Time) Status {
 	st := Status{
 		State:        snap.State.String(),
 		LLMInflight:  snap.Shared,
@@ -87,18 +106,15 @@ func (g *GPU) statusAt(snap lock.Snapshot) Status {
 		HoldWaiting:  snap.HoldWaiting,
 		Freeing:      snap.Freeing,
 		FreeOwed:     snap.OwesFree,
-		Holds:        []HoldStatus{},
-		Engines:      []EngineStatus{},
+		Since:        g.since,
+		Holds:        make([]HoldStatus, 0, len(g.act.holds)),
 		Upstreams:    map[string]UpstreamStatus{},
+		ImagePending: snap.ImageWaiting > 0 || snap.State == lock.Image,
 	}
-	g.trMu.Lock()
-	st.Since = g.since
 	if !g.lastSwitch.IsZero() {
 		ls := g.lastSwitch
 		st.LastSwitch = &ls
 	}
-	g.trMu.Unlock()
-	g.mu.Lock()
 	a := &g.act
 	st.Warming = a.warming
 	if oldest := a.oldestWait(); !oldest.IsZero() {
@@ -108,67 +124,74 @@ func (g *GPU) statusAt(snap lock.Snapshot) Status {
 		st.Job = &JobStatus{Job: *a.job, AgeSeconds: now.Sub(a.job.Started).Seconds()}
 	}
 	for _, h := range a.holds {
-		st.Holds = append(st.Holds, h.Status())
+		st.Holds = append(st.Holds, h.statusLocked())
 	}
 	st.Waiters = a.waiterList()
-	st.Presence = g.presenceStatus(g.cfg())
-	g.mu.Unlock()
-	if st.Warming && st.LLMInflight > 0 {
-		st.LLMInflight--
-	}
-	sort.Slice(st.Holds, func(i, j int) bool { return st.Holds[i].Since.Before(st.Holds[j].Since) })
-	st.ImagePending = snap.ImageWaiting > 0 || (snap.State == lock.Image)
-	if c := g.cfg(); c != nil {
-		st.Engines = g.engines(c)
-		g.upstreams(c, st.Upstreams)
+	c := g.cfg()
+	st.Presence = g.presenceStatus(c)
+	st.Engines = g.enginesLocked(c)
+	if c != nil {
+		g.upstreamsLocked(c, st.Upstreams)
 	}
 	return st
 }
 
-func (g *GPU) engines(c *Config) []EngineStatus {
+// finish completes a status copied out under g.mu, outside it.
+func (g *GPU) finish(st Status) Status {
+	if st.Warming && st.LLMInflight > 0 {
+		st.LLMInflight--
+	}
+	sort.Slice(st.Holds, func(i, j int) bool { return st.Holds[i].Since.Before(st.Holds[j].Since) })
+	return st
+}
+
+// enginesLocked lists c's engines as the status shows them; g.mu is held.
+func (g *GPU) enginesLocked(c *Config) []EngineStatus {
+	if c == nil {
+		return []EngineStatus{}
+	}
 	out := make([]EngineStatus, 0, len(c.LLMs)+len(c.Images))
 	add := func(e Engine, class string, reach *bool) {
 		out = append(out, EngineStatus{Name: e.Name(), Kind: e.Kind(), Class: class, URL: RedactURL(e.URL()),
-			Reachable: reach, State: g.run(e).get().String()})
+			Reachable: reach, State: g.runLocked(e.Name()).state.String()})
 	}
 	for _, e := range c.LLMs {
-		add(e, "llm", g.run(e).up.get())
+		add(e, "llm", g.runLocked(e.Name()).up.get())
 	}
 	for _, e := range c.Images {
-		add(e, "image", g.imageReach(e))
+		add(e, "image", g.runLocked(e.Name()).imageReach())
 	}
 	return out
 }
 
 // imageReach is an image engine's reachability: a connected event stream
 // says it answers.
-func (g *GPU) imageReach(e ImageEngine) *bool {
-	run := g.run(e)
-	if run.ws.Load() {
+func (r *engineRun) imageReach() *bool {
+	if r.ws {
 		t := true
 		return &t
 	}
-	return run.up.get()
+	return r.up.get()
 }
 
-// upstreams fills the status's older per-upstream map, one entry per
-// engine, keyed "ollama" and "comfy" for those two, by name otherwise.
-func (g *GPU) upstreams(c *Config, into map[string]UpstreamStatus) {
+// upstreamsLocked fills the status's older per-upstream map, one entry
+// per engine, keyed "ollama" and "comfy" for those two, by name
+// otherwise; g.mu is held.
+func (g *GPU) upstreamsLocked(c *Config, into map[string]UpstreamStatus) {
 	for _, e := range c.LLMs {
-		into[upstreamKey(e)] = UpstreamStatus{URL: RedactURL(e.URL()), Reachable: g.run(e).up.get()}
+		into[upstreamKey(e)] = UpstreamStatus{URL: RedactURL(e.URL()), Reachable: g.runLocked(e.Name()).up.get()}
 	}
 	for _, e := range c.Images {
-		key := upstreamKey(e)
-		run := g.run(e)
-		us := UpstreamStatus{URL: RedactURL(e.URL()), Reachable: g.imageReach(e)}
+		run := g.runLocked(e.Name())
+		us := UpstreamStatus{URL: RedactURL(e.URL()), Reachable: run.imageReach()}
 		if _, ok := e.(*Comfy); ok {
-			ws := run.ws.Load()
+			ws := run.ws
 			us.Websocket = &ws
 		}
-		if run.noGPUReading.Load() {
+		if run.noGPUReading {
 			us.GPUReading = new(bool)
 		}
-		into[key] = us
+		into[upstreamKey(e)] = us
 	}
 }
 
@@ -186,7 +209,11 @@ func upstreamKey(e Engine) string {
 
 // History returns the recorded entries newer than since (all if zero),
 // oldest first.
-func (g *GPU) History(since time.Time) HistoryView { return g.history.view(since) }
+func (g *GPU) History(since time.Time) HistoryView {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.history.view(since)
+}
 
 // State returns the lock's state.
 func (g *GPU) State() lock.State { return g.lock.State() }
@@ -196,32 +223,27 @@ func (g *GPU) State() lock.State { return g.lock.State() }
 // has finished), the holds' remaining leases, and a typical job for each
 // image job or hold queued.
 func (g *GPU) EstimateWait(def time.Duration) time.Duration {
-	snap := g.lock.Snapshot()
-	typical := g.typicalJob(def)
 	var wait time.Duration
 	now := time.Now()
-	g.mu.Lock()
-	if g.act.job != nil {
-		wait += max(typical-now.Sub(g.act.job.Started), time.Second)
-	}
-	holds := make([]*Hold, 0, len(g.act.holds))
-	for _, h := range g.act.holds {
-		holds = append(holds, h)
-	}
-	g.mu.Unlock()
-	for _, h := range holds {
-		h.mu.Lock()
-		wait += max(h.expires.Sub(now), 0)
-		h.mu.Unlock()
-	}
-	wait += time.Duration(snap.ImageWaiting) * typical
-	wait += time.Duration(snap.HoldWaiting) * typical
+	g.lock.View(func(snap lock.Snapshot) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		typical := g.typicalJobLocked(def)
+		if g.act.job != nil {
+			wait += max(typical-now.Sub(g.act.job.Started), time.Second)
+		}
+		for _, h := range g.act.holds {
+			wait += max(h.expires.Sub(now), 0)
+		}
+		wait += time.Duration(snap.ImageWaiting) * typical
+		wait += time.Duration(snap.HoldWaiting) * typical
+	})
 	return wait
 }
 
-// typicalJob is the median of recent successful job durations, or def
-// before any job has finished.
-func (g *GPU) typicalJob(def time.Duration) time.Duration {
+// typicalJobLocked is the median of recent successful job durations, or
+// def before any job has finished; g.mu is held.
+func (g *GPU) typicalJobLocked(def time.Duration) time.Duration {
 	secs := g.history.recentJobSeconds(15)
 	if len(secs) == 0 {
 		return def

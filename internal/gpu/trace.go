@@ -180,7 +180,10 @@ func stepEvent(ctx context.Context, name, engine string, took time.Duration, err
 // startFree starts the span of the Free effect, in the trace of the use
 // that is giving the GPU back (see GPU.releasing).
 func (g *GPU) startFree() (context.Context, trace.Span) {
-	u := g.releasing.Swap(nil)
+	g.mu.Lock()
+	u := g.releasing
+	g.releasing = nil
+	g.mu.Unlock()
 	if u == nil {
 		return g.ctx, noop.Span{}
 	}

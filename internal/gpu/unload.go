@@ -12,7 +12,12 @@ import (
 
 // markAbnormal records that LLM use has just ended in a way that may leave
 // a load in flight that the LLM engine's listing does not show.
-func (g *GPU) markAbnormal() { g.abnormal.Store(time.Now().UnixNano()) }
+func (g *GPU) markAbnormal() {
+	now := time.Now()
+	g.mu.Lock()
+	g.abnormal = now
+	g.mu.Unlock()
+}
 
 // NoteLLMEnd marks the end of a proxied LLM request as abnormal if the
 // client went away or the upstream failed. It costs no allocation.
@@ -32,8 +37,8 @@ func (g *GPU) emptyForExclusive(ctx context.Context, c *Config, owner ImageEngin
 	if err := g.emptyLLMs(ctx, c); err != nil {
 		return err
 	}
-	for _, r := range g.owedRuns() {
-		if e, ok := r.eng.Load().Engine.(ImageEngine); ok && (owner == nil || e.Name() != owner.Name()) {
+	for _, e := range g.owedEngines() {
+		if e, ok := e.(ImageEngine); ok && (owner == nil || e.Name() != owner.Name()) {
 			g.freeImage(ctx, c, e)
 		}
 	}
@@ -43,7 +48,9 @@ func (g *GPU) emptyForExclusive(ctx context.Context, c *Config, owner ImageEngin
 // emptyLLMs empties every LLM engine at once, within unload_timeout, and
 // returns the first failure.
 func (g *GPU) emptyLLMs(ctx context.Context, c *Config) error {
-	abnormal := g.abnormal.Load()
+	g.mu.Lock()
+	abnormal := g.abnormal
+	g.mu.Unlock()
 	errs := make([]error, len(c.LLMs))
 	var wg sync.WaitGroup
 	for i, e := range c.LLMs {
@@ -53,51 +60,54 @@ func (g *GPU) emptyLLMs(ctx context.Context, c *Config) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	g.abnormal.CompareAndSwap(abnormal, 0)
+	g.mu.Lock()
+	if g.abnormal.Equal(abnormal) {
+		g.abnormal = time.Time{}
+	}
+	g.mu.Unlock()
 	return nil
 }
 
 // emptyLLM unloads every model of one LLM engine and confirms it.
-// abnormal is when LLM use last ended abnormally (UnixNano, 0 if not).
-func (g *GPU) emptyLLM(ctx context.Context, c *Config, e LLMEngine, abnormal int64) error {
+// abnormal is when LLM use last ended abnormally (zero if not).
+func (g *GPU) emptyLLM(ctx context.Context, c *Config, e LLMEngine, abnormal time.Time) error {
 	ctx, cancel := context.WithTimeout(ctx, c.UnloadTimeout)
 	defer cancel()
-	run := g.run(e)
 	start := time.Now()
-	var since time.Time
-	if abnormal != 0 {
-		since = time.Unix(0, abnormal)
-	}
-	prev := run.get()
-	run.set(stateEmptying)
-	names, contact, err := e.Empty(ctx, g.log(), since)
+	var prev engineState
+	g.withRun(e, func(r *engineRun) {
+		prev, r.state = r.state, stateEmptying
+	})
+	names, contact, err := e.Empty(ctx, g.log(), abnormal)
 	took := time.Since(start)
 	stepEvent(ctx, "emptied", e.Name(), took, err)
-	run.up.set(contact)
-	if err != nil {
-		run.set(prev)
-		if errors.Is(err, ErrCannotEmpty) {
-			run.set(stateUnemptiable)
-		} else if _, ok := e.(Waker); ok {
+	_, waker := e.(Waker)
+	g.withRun(e, func(r *engineRun) {
+		r.up.set(contact)
+		switch {
+		case err != nil && errors.Is(err, ErrCannotEmpty):
+			r.state = stateUnemptiable
+		case err != nil:
 			// A sleep cut short by unload_timeout may yet happen: the
 			// engine is woken before LLM use (waking one awake is a no-op).
-			run.owed.Store(true)
+			r.state = prev
+			r.owed = r.owed || waker
+		case waker:
+			r.owed, r.state = true, stateAsleep
+		default:
+			r.state = stateEmptied
 		}
+	})
+	if err != nil {
 		g.metrics.UpstreamError(upstreamKind(e), e.Name(), "unload")
 		if errors.Is(err, ErrNotEmptied) {
 			return err
 		}
 		return fmt.Errorf("%s %w: %v", e.Name(), ErrNotEmptied, err)
 	}
-	if _, ok := e.(Waker); ok {
-		run.owed.Store(true)
-		run.set(stateAsleep)
-	} else {
-		run.set(stateEmptied)
-	}
 	if len(names) > 0 {
 		g.metrics.Step("unload", e.Name(), took)
-		g.history.addEvent("unload", took, fmt.Sprintf("%s: %d model(s)", e.Name(), len(names)))
+		g.addEvent("unload", took, fmt.Sprintf("%s: %d model(s)", e.Name(), len(names)))
 		g.log().Info(e.Name()+" unloaded", zap.Strings("models", names), zap.Duration("duration", took))
 	}
 	return nil

@@ -22,6 +22,7 @@ type Watcher struct {
 	log          *zap.Logger
 	engage       func(owner string)
 	release      func()
+	sampled      func()
 
 	mu      sync.Mutex
 	owner   string // the owner engage was called with, while engaged
@@ -95,6 +96,9 @@ func (w *Watcher) Run(ctx context.Context) {
 				w.release()
 			}
 		}
+		if w.sampled != nil {
+			w.sampled()
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -102,6 +106,11 @@ func (w *Watcher) Run(ctx context.Context) {
 		}
 	}
 }
+
+// OnSample sets f to be called after each sample has been judged (and
+// engage or release called), whether or not what Status reports changed.
+// It must be set before Run.
+func (w *Watcher) OnSample(f func()) { w.sampled = f }
 
 // Status reports whether the Watcher is engaged, with the owner engage was
 // called with, and the last sample's error (nil after a good sample).
