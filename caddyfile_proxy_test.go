@@ -3,7 +3,6 @@ package turnstile
 import (
 	"encoding/json"
 	"fmt"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -217,42 +216,6 @@ func TestJSONEngineRoutes(t *testing.T) {
 		err := load(handler)
 		if (want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), want)) {
 			t.Errorf("%s: %v, want %q", handler, err, want)
-		}
-	}
-}
-
-// With engine_routes, only the engine's kind's routes are guarded: a
-// POST /prompt to Ollama is no image job, a chat to ComfyUI no LLM work.
-func TestEngineRoutesClassify(t *testing.T) {
-	llm, image, pass := classLLM, classImage, classPassthrough
-	for _, tc := range []struct {
-		routes engineRoutes
-		method string
-		path   string
-		want   class
-	}{
-		{engineRoutes{}, "POST", "/prompt", image},
-		{engineRoutes{kind: "ollama", llm: true}, "POST", "/api/chat", llm},
-		{engineRoutes{kind: "ollama", llm: true}, "POST", "/v1/chat/completions", llm},
-		{engineRoutes{kind: "ollama", llm: true}, "POST", "/prompt", pass},
-		{engineRoutes{kind: "ollama", llm: true}, "POST", "/sdapi/v1/txt2img", pass},
-		{engineRoutes{kind: "ollama", llm: true}, "GET", "/api/tags", pass},
-		{engineRoutes{kind: "llamaswap", llm: true}, "POST", "/sdapi/v1/txt2img", llm},
-		{engineRoutes{kind: "llamaswap", llm: true}, "GET", "/upstream/m/health", llm},
-		{engineRoutes{kind: "comfyui"}, "POST", "/api/prompt", image},
-		{engineRoutes{kind: "comfyui"}, "POST", "/api/chat", pass},
-		{engineRoutes{kind: "comfyui"}, "POST", "/sdapi/v1/txt2img", pass},
-		{engineRoutes{kind: "a1111"}, "POST", "/sdapi/v1/txt2img", image},
-		{engineRoutes{kind: "a1111"}, "POST", "/prompt", pass},
-		{engineRoutes{kind: "a1111"}, "POST", "/v1/completions", pass},
-	} {
-		r := httptest.NewRequest(tc.method, tc.path, nil)
-		c := classify(r)
-		if tc.routes.kind != "" {
-			c = tc.routes.restrict(c, r)
-		}
-		if c != tc.want {
-			t.Errorf("%s %s on %+v: %v, want %v", tc.method, tc.path, tc.routes, c, tc.want)
 		}
 	}
 }

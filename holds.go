@@ -102,7 +102,7 @@ func (h *HoldsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddy
 //		trusted_origins URL...
 //	}
 func (h *HoldsHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	return unmarshalSiteRoute(d, &h.Turnstile, &h.TrustedOrigins, nil)
+	return tcfg.UnmarshalSiteRoute(d, &h.Turnstile, &h.TrustedOrigins, nil)
 }
 
 func (h *HoldsHandler) turnstileName() string { return h.Turnstile }

@@ -34,7 +34,7 @@ func init() {
 }
 
 // defaultName is the turnstile a handler uses when it names none.
-const defaultName = "default"
+const defaultName = tcfg.DefaultName
 
 // App is the gpu_turnstile app: the settings of each named turnstile (one
 // per GPU). Its state (the lock, the running job, holds) lives in a
@@ -245,7 +245,7 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 
 // Provision finds the turnstile.
 func (h *Handler) Provision(ctx caddy.Context) error {
-	c, err := parseClass(h.Class)
+	c, err := route.ParseClass(h.Class)
 	if err != nil {
 		return fmt.Errorf("gpu_turnstile: %v", err)
 	}
@@ -273,7 +273,7 @@ func (h *Handler) provisionEngine(c *config) error {
 		if h.Engine == "" {
 			return fmt.Errorf("gpu_turnstile: engine_routes needs engine")
 		}
-		r, ok := routesOf(c, h.Engine)
+		r, ok := c.EngineRoutes(h.Engine)
 		if !ok {
 			return fmt.Errorf("gpu_turnstile: engine %q: turnstile %q has no engine of that name (engines: %s)", h.Engine, h.ts.name, c.EngineNameList())
 		}
@@ -309,8 +309,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	c := h.class
 	if c == classAuto {
-		if c = classify(r); h.routes.kind != "" {
-			c = h.routes.restrict(c, r)
+		if c = classify(r); h.routes.Kind != "" {
+			c = tcfg.Routes.Restrict(h.routes, c, r)
 		}
 	}
 	// A passthrough found by auto mode holds nothing, so a later handler

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
 )
 
@@ -157,4 +158,19 @@ func (s *Settings) EngineNameList() string {
 	}
 	sort.Strings(names)
 	return strings.Join(names, ", ")
+}
+
+// EngineRoutes are the routes of the engine named name (engine_routes).
+func (c *Turnstile) EngineRoutes(name string) (route.EngineRoutes, bool) {
+	for _, e := range c.GPU.LLMs {
+		if e.Name() == name {
+			return route.EngineRoutes{Kind: e.Kind(), LLM: true}, true
+		}
+	}
+	for _, e := range c.GPU.Images {
+		if e.Name() == name {
+			return route.EngineRoutes{Kind: e.Kind()}, true
+		}
+	}
+	return route.EngineRoutes{}, false
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/a1111"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/llamacpp"
@@ -152,3 +153,18 @@ func warmKinds() string {
 	}
 	return strings.Join(ks, " or ")
 }
+
+// Routes are the engines' routes as classification knows them (package
+// route), from Kinds.
+var Routes = func() *route.Table {
+	jobs, serves := map[string]string{}, map[string]string{}
+	for _, k := range Kinds {
+		for _, p := range k.Jobs {
+			jobs[p] = k.Name
+		}
+		if k.ServesJobsOf != "" {
+			serves[k.Name] = k.ServesJobsOf
+		}
+	}
+	return route.NewTable(jobs, serves)
+}()

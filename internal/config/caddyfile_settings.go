@@ -1,14 +1,15 @@
-package turnstile
+package config
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/dustin/go-humanize"
 
-	tcfg "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/presence"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
 )
 
@@ -17,7 +18,7 @@ import (
 func parseSetting(d *caddyfile.Dispenser, s *Settings) error {
 	opt := d.Val()
 	if dst, ok := durationSettings(s)[opt]; ok {
-		v, err := oneArg(d)
+		v, err := OneArg(d)
 		if err != nil {
 			return err
 		}
@@ -61,13 +62,13 @@ var settingParsers = map[string]func(*caddyfile.Dispenser, *Settings) error{
 		return parseInt(d, 400, 599, &s.LLMBusyStatus, "a status from 400 to 599")
 	},
 	"warm_model": func(d *caddyfile.Dispenser, s *Settings) error {
-		v, err := oneArg(d)
+		v, err := OneArg(d)
 		s.WarmModel = v
 		return err
 	},
 	"backoff": parseBackoff,
 	"prompt_capture_limit": func(d *caddyfile.Dispenser, s *Settings) error {
-		return parseSize(d, 64, tcfg.MaxPromptCaptureLimit, &s.PromptCaptureLimit, "a size from 64B to 1GiB (e.g. 64KiB)")
+		return parseSize(d, 64, MaxPromptCaptureLimit, &s.PromptCaptureLimit, "a size from 64B to 1GiB (e.g. 64KiB)")
 	},
 	"min_free_vram": func(d *caddyfile.Dispenser, s *Settings) error {
 		return parseSize(d, 1, 1<<62, &s.MinFreeVRAM, "a size (e.g. 20GiB)")
@@ -84,7 +85,7 @@ var settingParsers = map[string]func(*caddyfile.Dispenser, *Settings) error{
 		return parseInt(d, 0, 1<<31-1, &s.MaxImageStreak, "a whole number >= 0")
 	},
 	"wait_buffer_limit": func(d *caddyfile.Dispenser, s *Settings) error {
-		return parseSize(d, 1, tcfg.MaxWaitBufferLimit, &s.WaitBufferLimit, "a size from 1B to 1TiB (e.g. 256MiB)")
+		return parseSize(d, 1, MaxWaitBufferLimit, &s.WaitBufferLimit, "a size from 1B to 1TiB (e.g. 256MiB)")
 	},
 	"max_waiting": func(d *caddyfile.Dispenser, s *Settings) error {
 		return parseInt(d, 1, 1<<31-1, &s.MaxWaiting, "a whole number >= 1")
@@ -121,26 +122,26 @@ func parseEngine(d *caddyfile.Dispenser, dst *[]EngineSettings) error {
 		return d.Errf("%s: want `%s KIND URL [{ name NAME }]`", opt, opt)
 	}
 	es := EngineSettings{Kind: args[0], URL: args[1]}
-	if !tcfg.IsKind(opt, es.Kind) {
-		return d.Errf("%s: kind %q: want one of %s", opt, es.Kind, tcfg.KindNames(opt))
+	if !IsKind(opt, es.Kind) {
+		return d.Errf("%s: kind %q: want one of %s", opt, es.Kind, KindNames(opt))
 	}
 	if err := jsonhttp.CheckURL(es.URL); err != nil {
 		return d.Errf("%s %s: invalid URL %q: %v", opt, es.Kind, gpu.RedactURL(es.URL), err)
 	}
-	seen := optionLines{}
+	seen := OptionLines{}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		if err := seen.once(d); err != nil {
+		if err := seen.Once(d); err != nil {
 			return err
 		}
 		if d.Val() != "name" {
 			return d.Errf("%s: unknown option %q (want name)", opt, d.Val())
 		}
-		v, err := oneArg(d)
+		v, err := OneArg(d)
 		if err != nil {
 			return err
 		}
-		if !tcfg.ValidName(v) {
-			return d.Errf("%s %s: name %q: %s", opt, es.Kind, v, tcfg.NameRule)
+		if !ValidName(v) {
+			return d.Errf("%s %s: name %q: %s", opt, es.Kind, v, NameRule)
 		}
 		es.Name = v
 	}
@@ -169,7 +170,7 @@ func parseBusyRetryAfter(d *caddyfile.Dispenser, s *Settings) error {
 }
 
 func parseBusyMode(d *caddyfile.Dispenser, s *Settings) error {
-	v, err := oneArg(d)
+	v, err := OneArg(d)
 	if err != nil {
 		return err
 	}
@@ -219,7 +220,7 @@ func parseVRAMProbe(d *caddyfile.Dispenser, s *Settings) error {
 // what a valid value is, for the error.
 func parseSize(d *caddyfile.Dispenser, lo, hi uint64, dst *int64, want string) error {
 	opt := d.Val()
-	v, err := oneArg(d)
+	v, err := OneArg(d)
 	if err != nil {
 		return err
 	}
@@ -234,7 +235,7 @@ func parseSize(d *caddyfile.Dispenser, lo, hi uint64, dst *int64, want string) e
 // parseInt reads one whole number from lo to hi.
 func parseInt(d *caddyfile.Dispenser, lo, hi int, dst *int, want string) error {
 	opt := d.Val()
-	v, err := oneArg(d)
+	v, err := OneArg(d)
 	if err != nil {
 		return err
 	}
@@ -243,5 +244,38 @@ func parseInt(d *caddyfile.Dispenser, lo, hi int, dst *int, want string) error {
 		return d.Errf("%s: %q is not %s", opt, v, want)
 	}
 	*dst = n
+	return nil
+}
+
+// parseHoldWhile reads `hold_while process NAME...` and `hold_while
+// gpu_process [except NAME...]`.
+func parseHoldWhile(d *caddyfile.Dispenser, s *Settings) error {
+	args := d.RemainingArgs()
+	if len(args) == 0 {
+		return d.Errf("hold_while: want `process NAME...` or `gpu_process [except NAME...]`")
+	}
+	switch args[0] {
+	case "process":
+		if len(args) < 2 {
+			return d.Errf("hold_while process: name at least one process (a glob, e.g. steam or *.exe)")
+		}
+		if _, err := presence.Processes(args[1:]); err != nil {
+			return d.Errf("hold_while process: %v", err)
+		}
+		s.HoldWhileProcess = append(s.HoldWhileProcess, args[1:]...)
+	case "gpu_process":
+		if s.HoldWhileGPUProcess {
+			return d.Errf("hold_while gpu_process: given twice")
+		}
+		s.HoldWhileGPUProcess = true
+		if len(args) > 1 {
+			if args[1] != "except" || len(args) < 3 {
+				return d.Errf("hold_while gpu_process: want `gpu_process [except NAME...]`, got %q", strings.Join(args[1:], " "))
+			}
+			s.HoldWhileGPUExcept = append(s.HoldWhileGPUExcept, args[2:]...)
+		}
+	default:
+		return d.Errf("hold_while: %q is neither process nor gpu_process", args[0])
+	}
 	return nil
 }

@@ -1,0 +1,115 @@
+package config
+
+import (
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
+)
+
+// HandlerFields are where the gpu_turnstile directive's values go.
+type HandlerFields struct {
+	Class, Turnstile, Engine, DuringJob *string
+}
+
+// UnmarshalHandler parses the gpu_turnstile directive into hd:
+//
+//	gpu_turnstile [<matcher>] [auto|llm|image|passthrough] {
+//		turnstile  NAME
+//		engine     NAME
+//		during_job allow|reject
+//	}
+func UnmarshalHandler(d *caddyfile.Dispenser, hd HandlerFields) error {
+	d.Next() // the directive's name
+	if d.NextArg() {
+		if _, err := route.ParseClass(d.Val()); err != nil {
+			return d.Errf("gpu_turnstile: %v", err)
+		}
+		*hd.Class = d.Val()
+		if d.NextArg() {
+			return d.ArgErr()
+		}
+	}
+	seen := OptionLines{}
+	for d.NextBlock(0) {
+		if err := seen.Once(d); err != nil {
+			return err
+		}
+		switch d.Val() {
+		case "turnstile":
+			v, err := OneArg(d)
+			if err != nil {
+				return err
+			}
+			*hd.Turnstile = v
+		case "engine":
+			v, err := OneArg(d)
+			if err != nil {
+				return err
+			}
+			*hd.Engine = v
+		case "during_job":
+			v, err := OneArg(d)
+			if err != nil {
+				return err
+			}
+			if v != "allow" && v != "reject" {
+				return d.Errf("during_job: %q is neither allow nor reject", v)
+			}
+			*hd.DuringJob = v
+		default:
+			return d.Errf("gpu_turnstile: unknown option %q", d.Val())
+		}
+	}
+	return nil
+}
+
+// UnmarshalSiteRoute parses a directive of a site's routes into one
+// turnstile: the turnstile it names (as its argument or as the turnstile
+// option), the origins it trusts (trusted_origins, repeatable), and
+// options that take no argument and set a flag.
+func UnmarshalSiteRoute(d *caddyfile.Dispenser, name *string, origins *[]string, flags map[string]*bool) error {
+	d.Next() // the directive's name
+	directive := d.Val()
+	if d.NextArg() {
+		*name = d.Val()
+		if d.NextArg() {
+			return d.ArgErr()
+		}
+	}
+	seen := OptionLines{}
+	for d.NextBlock(0) {
+		if err := seen.Once(d); err != nil {
+			return err
+		}
+		switch opt := d.Val(); opt {
+		case "turnstile":
+			v, err := OneArg(d)
+			if err != nil {
+				return err
+			}
+			*name = v
+		case "trusted_origins":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.Errf("%s: trusted_origins: want one or more origins, such as https://app.example.com", directive)
+			}
+			for _, o := range args {
+				if _, err := httpapi.ParseOrigin(o); err != nil {
+					return d.Errf("%s: trusted_origins: %v", directive, err)
+				}
+			}
+			*origins = append(*origins, args...)
+		default:
+			flag, ok := flags[opt]
+			if !ok {
+				return d.Errf("%s: unknown option %q", directive, opt)
+			}
+			if d.NextArg() {
+				return d.Errf("%s: %s takes no argument", directive, opt)
+			}
+			*flag = true
+		}
+	}
+	return nil
+}
