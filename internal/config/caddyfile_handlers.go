@@ -21,47 +21,47 @@ type HandlerFields struct {
 //	}
 func UnmarshalHandler(d *caddyfile.Dispenser, hd HandlerFields) error {
 	d.Next() // the directive's name
-	if d.NextArg() {
-		if _, err := route.ParseClass(d.Val()); err != nil {
-			return d.Errf("gpu_turnstile: %v", err)
-		}
-		*hd.Class = d.Val()
-		if d.NextArg() {
-			return d.ArgErr()
-		}
+	class, err := optionalArg(d)
+	if err != nil {
+		return err
 	}
+	if _, err := route.ParseClass(class); err != nil {
+		return d.Errf("gpu_turnstile: %v", err)
+	}
+	*hd.Class = class
+	options := map[string]*string{"turnstile": hd.Turnstile, "engine": hd.Engine, "during_job": hd.DuringJob}
 	seen := OptionLines{}
 	for d.NextBlock(0) {
 		if err := seen.Once(d); err != nil {
 			return err
 		}
-		switch d.Val() {
-		case "turnstile":
-			v, err := OneArg(d)
-			if err != nil {
-				return err
-			}
-			*hd.Turnstile = v
-		case "engine":
-			v, err := OneArg(d)
-			if err != nil {
-				return err
-			}
-			*hd.Engine = v
-		case "during_job":
-			v, err := OneArg(d)
-			if err != nil {
-				return err
-			}
-			if v != "allow" && v != "reject" {
-				return d.Errf("during_job: %q is neither allow nor reject", v)
-			}
-			*hd.DuringJob = v
-		default:
-			return d.Errf("gpu_turnstile: unknown option %q", d.Val())
+		opt := d.Val()
+		dst, ok := options[opt]
+		if !ok {
+			return d.Errf("gpu_turnstile: unknown option %q", opt)
 		}
+		v, err := OneArg(d)
+		if err != nil {
+			return err
+		}
+		if opt == "during_job" && v != "allow" && v != "reject" {
+			return d.Errf("during_job: %q is neither allow nor reject", v)
+		}
+		*dst = v
 	}
 	return nil
+}
+
+// optionalArg reads a directive's one optional argument ("" if none).
+func optionalArg(d *caddyfile.Dispenser) (string, error) {
+	if !d.NextArg() {
+		return "", nil
+	}
+	v := d.Val()
+	if d.NextArg() {
+		return "", d.ArgErr()
+	}
+	return v, nil
 }
 
 // UnmarshalSiteRoute parses a directive of a site's routes into one
@@ -71,11 +71,12 @@ func UnmarshalHandler(d *caddyfile.Dispenser, hd HandlerFields) error {
 func UnmarshalSiteRoute(d *caddyfile.Dispenser, name *string, origins *[]string, flags map[string]*bool) error {
 	d.Next() // the directive's name
 	directive := d.Val()
-	if d.NextArg() {
-		*name = d.Val()
-		if d.NextArg() {
-			return d.ArgErr()
-		}
+	arg, err := optionalArg(d)
+	if err != nil {
+		return err
+	}
+	if arg != "" {
+		*name = arg
 	}
 	seen := OptionLines{}
 	for d.NextBlock(0) {

@@ -1,11 +1,7 @@
 package config
 
 import (
-	"context"
 	"fmt"
-	"net/url"
-	"os/exec"
-	"strconv"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -61,58 +57,12 @@ func (c *Turnstile) locatePresence() {
 	if !c.HoldWhileGPUProcess {
 		return
 	}
-	path, err := exec.LookPath("nvidia-smi")
-	if err != nil {
-		c.GPU.PresenceOff = map[string]string{gpuProcessCondition: "off: nvidia-smi not found in PATH, so GPU processes cannot be seen"}
-		return
-	}
-	ports := c.enginePorts()
-	own := func(ctx context.Context) (map[int32]bool, error) { return presence.EnginePIDs(ctx, ports) }
-	s, err := presence.GPUProcesses(path, c.GPUIndex, c.HoldWhileGPUExcept, own)
+	s, err := presence.LocateGPUProcesses(c.GPUIndex, c.HoldWhileGPUExcept, c.engineURLs(), c.GPU.ProbeTimeout)
 	if err != nil {
 		c.GPU.PresenceOff = map[string]string{gpuProcessCondition: "off: " + err.Error()}
 		return
 	}
-	c.GPU.Presence = append(c.GPU.Presence, bounded{s, c.GPU.ProbeTimeout})
-}
-
-// bounded bounds each sample by probe_timeout: nvidia-smi is killed at
-// the deadline, so a hung driver cannot stall the watch.
-type bounded struct {
-	presence.Sampler
-	timeout time.Duration
-}
-
-func (b bounded) Sample(ctx context.Context) (string, bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, b.timeout)
-	defer cancel()
-	return b.Sampler.Sample(ctx)
-}
-
-// enginePorts are the TCP ports of the engines' URLs: the engines'
-// processes (and their children) are found by who listens there.
-func (c *Turnstile) enginePorts() []int {
-	var ports []int
-	add := func(raw string) {
-		u, err := url.Parse(raw)
-		if err != nil {
-			return
-		}
-		p := u.Port()
-		if p == "" {
-			p = map[bool]string{true: "443", false: "80"}[u.Scheme == "https"]
-		}
-		if n, err := strconv.Atoi(p); err == nil {
-			ports = append(ports, n)
-		}
-	}
-	for _, e := range c.GPU.LLMs {
-		add(e.URL())
-	}
-	for _, e := range c.GPU.Images {
-		add(e.URL())
-	}
-	return ports
+	c.GPU.Presence = append(c.GPU.Presence, s)
 }
 
 // PresenceSummary describes the hold_while conditions for the start-up

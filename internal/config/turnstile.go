@@ -67,6 +67,13 @@ func (c *Turnstile) Locate() error {
 // validateRoutes makes the config's guard against misrouting: a
 // turnstile's engines, as this config defines them.
 func validateRoutes(_ Settings, c *Turnstile) error {
+	g, err := route.NewGuard(c.engineURLs())
+	c.Routes = g
+	return err
+}
+
+// engineURLs are the URLs of the engines, LLM engines first.
+func (c *Turnstile) engineURLs() []string {
 	var urls []string
 	for _, e := range c.GPU.LLMs {
 		urls = append(urls, e.URL())
@@ -74,7 +81,5 @@ func validateRoutes(_ Settings, c *Turnstile) error {
 	for _, e := range c.GPU.Images {
 		urls = append(urls, e.URL())
 	}
-	g, err := route.NewGuard(urls)
-	c.Routes = g
-	return err
+	return urls
 }
