@@ -4,6 +4,12 @@ import (
 	"sort"
 	"strings"
 
+	a1111engine "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/a1111"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/comfyui"
+	llamacppengine "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/llamacpp"
+	llamaswapengine "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/llamaswap"
+	ollamaengine "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/ollama"
+	vllmengine "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/vllm"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
@@ -54,28 +60,28 @@ var Kinds = []Kind{
 		if err != nil {
 			return nil, err
 		}
-		return gpu.NewOllama(name, oc, c.GPU.UnloadPoll), nil
+		return ollamaengine.New(name, oc, c.GPU.UnloadPoll), nil
 	}},
 	{Name: "llamacpp", Class: LLM, Warms: true, API: httpapi.OpenAI, build: func(name, url string, c *Turnstile) (gpu.Engine, error) {
 		lc, err := llamacpp.NewClient(url, nil)
 		if err != nil {
 			return nil, err
 		}
-		return gpu.NewLlamaCpp(name, lc, c.GPU.UnloadPoll), nil
+		return llamacppengine.New(name, lc, c.GPU.UnloadPoll), nil
 	}},
 	{Name: "llamaswap", Class: LLM, ServesJobsOf: "a1111", API: httpapi.OpenAI, build: func(name, url string, _ *Turnstile) (gpu.Engine, error) {
 		sc, err := llamaswap.NewClient(url, nil)
 		if err != nil {
 			return nil, err
 		}
-		return gpu.NewLlamaSwap(name, sc), nil
+		return llamaswapengine.New(name, sc), nil
 	}},
 	{Name: "vllm", Class: LLM, API: httpapi.OpenAI, build: func(name, url string, c *Turnstile) (gpu.Engine, error) {
 		vc, err := vllm.NewClient(url, nil)
 		if err != nil {
 			return nil, err
 		}
-		return gpu.NewVLLM(name, vc, c.GPU.UnloadPoll), nil
+		return vllmengine.New(name, vc, c.GPU.UnloadPoll), nil
 	}},
 	{Name: "comfyui", Class: Image, API: httpapi.ComfyUI, Jobs: []string{"/prompt", "/api/prompt"}, build: buildComfy},
 	{
@@ -91,7 +97,7 @@ var Kinds = []Kind{
 			if err != nil {
 				return nil, err
 			}
-			return gpu.NewA1111(name, ac, c.HistoryPoll, c.GPU.UnloadPoll), nil
+			return a1111engine.New(name, ac, c.HistoryPoll, c.GPU.UnloadPoll), nil
 		},
 	},
 }
@@ -106,7 +112,7 @@ func buildComfy(name, url string, c *Turnstile) (gpu.Engine, error) {
 	if c.comfy == nil {
 		c.comfy, c.comfyName = cc, name
 	}
-	return gpu.NewComfy(name, cc, gpu.ComfyOptions{HistoryPoll: c.HistoryPoll, FreePoll: c.GPU.UnloadPoll,
+	return comfyui.New(name, cc, comfyui.Options{HistoryPoll: c.HistoryPoll, FreePoll: c.GPU.UnloadPoll,
 		BackoffInitial: c.GPU.BackoffInitial, BackoffMax: c.GPU.BackoffMax}), nil
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/comfyui"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 )
 
@@ -146,7 +147,7 @@ func validateVRAM(s Settings, c *Turnstile) error {
 			if c.comfy == nil {
 				return fmt.Errorf("min_free_vram: the comfy probe needs comfy (a comfyui engine) or vram_probe nvidia-smi")
 			}
-			c.GPU.Probe = gpu.ComfyProbe{Engine: c.comfyName, Client: c.comfy, Index: s.GPUIndex}
+			c.GPU.Probe = comfyui.Probe{Engine: c.comfyName, Client: c.comfy, Index: s.GPUIndex}
 		}
 	case "nvidia-smi":
 		if s.MinFreeVRAM > 0 {

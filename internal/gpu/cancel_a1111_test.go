@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	a1111engine "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/a1111"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/a1111"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/a1111/a1111test"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
@@ -104,7 +105,7 @@ func newA1111Fixture(t *testing.T) (*fixture, *a1111test.Server) {
 		t.Fatal(err)
 	}
 	cfg := testConfig()
-	cfg.Images = []ImageEngine{NewA1111("a1111", c, 20*time.Millisecond, 20*time.Millisecond)}
+	cfg.Images = []ImageEngine{a1111engine.New("a1111", c, 20*time.Millisecond, 20*time.Millisecond)}
 	g := New("test", &recorder{})
 	t.Cleanup(g.Close)
 	g.Apply(cfg, zap.NewNop())

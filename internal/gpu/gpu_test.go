@@ -9,6 +9,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/comfyui"
+	ollamaengine "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/ollama"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy/comfytest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
@@ -93,8 +95,8 @@ func newFixtureWith(t *testing.T, opts comfytest.Options, edit func(*Config)) *f
 	}
 	f.clients.ollama, f.clients.comfy = oc, cc
 	f.cfg = testConfig()
-	f.cfg.LLMs = []LLMEngine{NewOllama("ollama", oc, 20*time.Millisecond)}
-	f.cfg.Images = []ImageEngine{NewComfy("comfyui", cc, testComfyOptions)}
+	f.cfg.LLMs = []LLMEngine{ollamaengine.New("ollama", oc, 20*time.Millisecond)}
+	f.cfg.Images = []ImageEngine{comfyui.New("comfyui", cc, testComfyOptions)}
 	if edit != nil {
 		edit(f.cfg)
 	}
@@ -112,7 +114,7 @@ func newFixtureWith(t *testing.T, opts comfytest.Options, edit func(*Config)) *f
 	return f
 }
 
-var testComfyOptions = ComfyOptions{HistoryPoll: 20 * time.Millisecond, FreePoll: 20 * time.Millisecond,
+var testComfyOptions = comfyui.Options{HistoryPoll: 20 * time.Millisecond, FreePoll: 20 * time.Millisecond,
 	BackoffInitial: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond}
 
 // testConfig is a Config with short timeouts and no engines.
@@ -284,7 +286,7 @@ func TestStartUpProbeHoldsTheGPUForQueuedWork(t *testing.T) {
 	g := New("probe", &recorder{})
 	defer g.Close()
 	c := testConfig()
-	c.Images = []ImageEngine{NewComfy("comfyui", cc, testComfyOptions)}
+	c.Images = []ImageEngine{comfyui.New("comfyui", cc, testComfyOptions)}
 	g.Apply(c, zap.NewNop())
 	if st := g.Status(); st.State != "image" || st.Job == nil {
 		t.Fatalf("status at start-up %+v, want image for the probe", st)

@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/comfyui"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy"
 )
 
@@ -206,7 +207,7 @@ func TestEngineFor(t *testing.T) {
 			&namedLLM{name: "big", kind: "vllm", url: "http://gpu.lan:8000"},
 			&namedLLM{name: "ollama", kind: "ollama", url: "http://127.0.0.1"},
 		},
-		Images: []ImageEngine{NewComfy("comfyui", cc, testComfyOptions)},
+		Images: []ImageEngine{comfyui.New("comfyui", cc, testComfyOptions)},
 	}
 	for _, tc := range []struct {
 		hostport, kind string

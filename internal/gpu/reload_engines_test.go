@@ -12,6 +12,9 @@ import (
 
 	"go.uber.org/zap"
 
+	a1111engine "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/a1111"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/comfyui"
+	vllmengine "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/vllm"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/presence"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/a1111"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/a1111/a1111test"
@@ -35,7 +38,7 @@ func TestEngineAddedByAReloadIsProbedAndFreed(t *testing.T) {
 		t.Fatal(err)
 	}
 	c2 := *f.cfg
-	c2.Images = append(append([]ImageEngine(nil), f.cfg.Images...), NewA1111("a1111", ac, 20*time.Millisecond, 20*time.Millisecond))
+	c2.Images = append(append([]ImageEngine(nil), f.cfg.Images...), a1111engine.New("a1111", ac, 20*time.Millisecond, 20*time.Millisecond))
 	f.g.Apply(&c2, zap.NewNop())
 	f.waitTimeline(t, "the added A1111 freed", func(ev []gputest.Event) bool {
 		return gputest.Index(ev, 0, "a1111", "checkpoint off GPU") >= 0
@@ -67,7 +70,7 @@ func TestStartUpProbeErrorOwesAFree(t *testing.T) {
 	ac, _ := a1111.NewClient(front.URL, nil)
 	c := testConfig()
 	c.ProbeTimeout = 300 * time.Millisecond
-	c.Images = []ImageEngine{NewA1111("a1111", ac, 20*time.Millisecond, 20*time.Millisecond)}
+	c.Images = []ImageEngine{a1111engine.New("a1111", ac, 20*time.Millisecond, 20*time.Millisecond)}
 	g := New("t", &recorder{})
 	defer g.Close()
 	g.Apply(c, zap.NewNop())
@@ -92,8 +95,8 @@ func TestReloadKeepsVLLMAsleep(t *testing.T) {
 	vc, _ := vllm.NewClient(vs.URL(), nil)
 	cc, _ := comfy.NewClient(cs.URL, nil)
 	c1 := testConfig()
-	c1.LLMs = []LLMEngine{NewVLLM("vllm", vc, 20*time.Millisecond)}
-	c1.Images = []ImageEngine{NewComfy("comfyui", cc, testComfyOptions)}
+	c1.LLMs = []LLMEngine{vllmengine.New("vllm", vc, 20*time.Millisecond)}
+	c1.Images = []ImageEngine{comfyui.New("comfyui", cc, testComfyOptions)}
 	g := New("t", &recorder{})
 	defer g.Close()
 	g.Apply(c1, zap.NewNop())
@@ -113,7 +116,7 @@ func TestReloadKeepsVLLMAsleep(t *testing.T) {
 	}()
 	f.waitState(t, "the second job waiting", func(st Status) bool { return st.ImageWaiting == 1 })
 	c2 := *c1
-	c2.LLMs = []LLMEngine{NewVLLM("vllm", vc, 20*time.Millisecond)}
+	c2.LLMs = []LLMEngine{vllmengine.New("vllm", vc, 20*time.Millisecond)}
 	g.Apply(&c2, zap.NewNop())
 	j1.Submitted(id)
 	j2 := <-next
@@ -142,7 +145,7 @@ func TestVLLMSleepCutByTheTimeoutIsWokenAfter(t *testing.T) {
 	vc, _ := vllm.NewClient(vs.URL(), nil)
 	c := testConfig()
 	c.UnloadTimeout = 150 * time.Millisecond
-	c.LLMs = []LLMEngine{NewVLLM("vllm", vc, 20*time.Millisecond)}
+	c.LLMs = []LLMEngine{vllmengine.New("vllm", vc, 20*time.Millisecond)}
 	c.Images = []ImageEngine{&fakeImage{name: "img"}}
 	g := New("t", &recorder{})
 	defer g.Close()
@@ -267,7 +270,7 @@ func TestRestoredHoldFreesTheImageEngines(t *testing.T) {
 	ac, _ := a1111.NewClient(srv.URL(), nil)
 	now := time.Now()
 	c := testConfig()
-	c.Images = []ImageEngine{NewA1111("a1111", ac, 20*time.Millisecond, 20*time.Millisecond)}
+	c.Images = []ImageEngine{a1111engine.New("a1111", ac, 20*time.Millisecond, 20*time.Millisecond)}
 	c.HoldStore = &memStore{recs: map[string]SavedHold{
 		"live": {ID: "live", Owner: "game", TTL: time.Minute, Since: now, ExpiresAt: now.Add(time.Minute)},
 	}}

@@ -184,7 +184,7 @@ func (g *GPU) upstreamsLocked(c *Config, into map[string]UpstreamStatus) {
 	for _, e := range c.Images {
 		run := g.runLocked(e.Name())
 		us := UpstreamStatus{URL: RedactURL(e.URL()), Reachable: run.imageReach()}
-		if _, ok := e.(*Comfy); ok {
+		if e.Kind() == "comfyui" { // its watch is a websocket
 			ws := run.ws
 			us.Websocket = &ws
 		}

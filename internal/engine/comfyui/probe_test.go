@@ -1,4 +1,4 @@
-package gpu
+package comfyui
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 
 // ComfyUI's vram_free counts the memory PyTorch keeps reserved but idle
 // inside ComfyUI as free; another process cannot use it.
-func TestComfyProbeReadsTheCardAsOthersSeeIt(t *testing.T) {
+func TestProbeReadsTheCardAsOthersSeeIt(t *testing.T) {
 	t.Parallel()
 	srv := comfytest.NewServer(gputest.New(), comfytest.Options{JobDuration: time.Millisecond})
 	defer srv.Close()
@@ -27,7 +27,7 @@ func TestComfyProbeReadsTheCardAsOthersSeeIt(t *testing.T) {
 	if err != nil || len(devs) != 1 || devs[0].TorchVRAMFree == 0 {
 		t.Fatalf("stats %+v %v: want a device with idle reserved memory", devs, err)
 	}
-	free, err := ComfyProbe{Client: c}.FreeVRAM(ctx)
+	free, err := Probe{Client: c}.FreeVRAM(ctx)
 	if want := devs[0].VRAMTotal - srv.Reserved(); err != nil || free != want {
 		t.Fatalf("probe read %d MiB, %v; want %d MiB (vram_free %d MiB counts ComfyUI's idle reserve)",
 			free>>20, err, want>>20, devs[0].VRAMFree>>20)
@@ -36,7 +36,7 @@ func TestComfyProbeReadsTheCardAsOthersSeeIt(t *testing.T) {
 	cpu := comfytest.NewServer(gputest.New(), comfytest.Options{Device: "cpu"})
 	defer cpu.Close()
 	cc, _ := comfy.NewClient(cpu.URL, nil)
-	if _, err := (ComfyProbe{Client: cc}).FreeVRAM(ctx); !errors.Is(err, comfy.ErrNoGPUReading) {
+	if _, err := (Probe{Client: cc}).FreeVRAM(ctx); !errors.Is(err, comfy.ErrNoGPUReading) {
 		t.Fatalf("cpu device: %v, want ErrNoGPUReading", err)
 	}
 }

@@ -1,4 +1,6 @@
-package gpu
+// Package llamacpp is the engine adapter of a llama.cpp llama-server in
+// router mode.
+package llamacpp
 
 import (
 	"context"
@@ -8,32 +10,34 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/llamacpp"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/poll"
 )
 
-// LlamaCpp is the LLMEngine of a llama.cpp llama-server in router mode:
+// Engine is the LLM engine of a llama.cpp llama-server in router mode:
 // each model runs in a child process that the router starts on demand
 // (autoload) and stops on /models/unload. A single-model server (-m)
 // cannot be emptied over HTTP, so it is reported and exclusive use refused.
-type LlamaCpp struct {
+type Engine struct {
 	name string
 	c    *llamacpp.Client
 	poll time.Duration
 }
 
-// NewLlamaCpp adapts c, the engine named name; /models is polled at most
+// New adapts c, the engine named name; /models is polled at most
 // poll apart while models unload or load.
-func NewLlamaCpp(name string, c *llamacpp.Client, poll time.Duration) *LlamaCpp {
-	return &LlamaCpp{name: name, c: c, poll: poll}
+func New(name string, c *llamacpp.Client, poll time.Duration) *Engine {
+	return &Engine{name: name, c: c, poll: poll}
 }
 
-func (e *LlamaCpp) Kind() string { return "llamacpp" }
-func (e *LlamaCpp) Name() string { return e.name }
-func (e *LlamaCpp) URL() string  { return e.c.URL() }
+func (e *Engine) Kind() string { return "llamacpp" }
+func (e *Engine) Name() string { return e.name }
+func (e *Engine) URL() string  { return e.c.URL() }
 
-// router fails with ErrCannotEmpty unless the server runs in router mode.
-func (e *LlamaCpp) router(ctx context.Context) error {
+// router fails with engine.ErrCannotEmpty unless the server runs in
+// router mode.
+func (e *Engine) router(ctx context.Context) error {
 	router, err := e.c.Router(ctx)
 	switch {
 	case errors.Is(err, llamacpp.ErrLoading):
@@ -46,13 +50,13 @@ func (e *LlamaCpp) router(ctx context.Context) error {
 	switch {
 	case !router:
 		return fmt.Errorf("%s is a single-model llama-server, which has no way to unload its model over HTTP: %w (start it in router mode, without -m)",
-			e.name, ErrCannotEmpty)
+			e.name, engine.ErrCannotEmpty)
 	}
 	return nil
 }
 
-// Loaded implements LLMEngine: the models loaded, loading or sleeping.
-func (e *LlamaCpp) Loaded(ctx context.Context) ([]string, error) {
+// Loaded implements engine.LLM: the models loaded, loading or sleeping.
+func (e *Engine) Loaded(ctx context.Context) ([]string, error) {
 	if err := e.router(ctx); err != nil {
 		return nil, err
 	}
@@ -60,29 +64,29 @@ func (e *LlamaCpp) Loaded(ctx context.Context) ([]string, error) {
 	return llamacpp.Running(models), err
 }
 
-// Empty implements LLMEngine: every model loaded, loading or sleeping is
+// Empty implements engine.LLM: every model loaded, loading or sleeping is
 // unloaded, and /models read until all are unloaded, which they are only
 // once their child processes have exited. A router that refuses
 // connections runs no model.
-func (e *LlamaCpp) Empty(ctx context.Context, log *zap.Logger, _ time.Time) ([]string, error, error) {
+func (e *Engine) Empty(ctx context.Context, log *zap.Logger, _ time.Time) ([]string, error, error) {
 	err := e.router(ctx)
-	if errors.Is(err, ErrCannotEmpty) {
+	if errors.Is(err, engine.ErrCannotEmpty) {
 		return nil, nil, err
 	}
 	var names []string
 	if err == nil {
 		names, err = e.c.UnloadAll(ctx, e.poll)
 	}
-	return names, err, refusedAsEmpty(log, e.name, err)
+	return names, err, engine.RefusedAsEmpty(log, e.name, err)
 }
 
-// UnloadSoon implements LLMEngine. It asks for nothing: a child told to
+// UnloadSoon implements engine.LLM. It asks for nothing: a child told to
 // exit cuts the requests it is serving, so the unload waits until they
 // have drained.
-func (e *LlamaCpp) UnloadSoon(context.Context) (int, error) { return 0, nil }
+func (e *Engine) UnloadSoon(context.Context) (int, error) { return 0, nil }
 
-// Warm implements LLMEngine: it loads model and waits until it is loaded.
-func (e *LlamaCpp) Warm(ctx context.Context, model string) error {
+// Warm implements engine.LLM: it loads model and waits until it is loaded.
+func (e *Engine) Warm(ctx context.Context, model string) error {
 	if err := e.c.Load(ctx, model); err != nil {
 		return err
 	}
@@ -107,4 +111,4 @@ func (e *LlamaCpp) Warm(ctx context.Context, model string) error {
 	}
 }
 
-var _ LLMEngine = (*LlamaCpp)(nil)
+var _ engine.LLM = (*Engine)(nil)

@@ -1,4 +1,5 @@
-package gpu
+// Package ollama is the engine adapter of an Ollama server.
+package ollama
 
 import (
 	"context"
@@ -7,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/poll"
@@ -20,27 +22,27 @@ import (
 const abortSettle = time.Second
 
 // errOllamaBusy is the error of an Ollama that could not be emptied.
-var errOllamaBusy = fmt.Errorf("ollama %w", ErrNotEmptied)
+var errOllamaBusy = fmt.Errorf("ollama %w", engine.ErrNotEmptied)
 
-// Ollama is the LLMEngine of an Ollama server.
-type Ollama struct {
+// Engine is the LLM engine of an Ollama server.
+type Engine struct {
 	name string
 	c    *ollama.Client
 	poll time.Duration // the longest interval between /api/ps polls
 }
 
-// NewOllama adapts c, the engine named name; unloads are polled at most
+// New adapts c, the engine named name; unloads are polled at most
 // poll apart.
-func NewOllama(name string, c *ollama.Client, poll time.Duration) *Ollama {
-	return &Ollama{name: name, c: c, poll: poll}
+func New(name string, c *ollama.Client, poll time.Duration) *Engine {
+	return &Engine{name: name, c: c, poll: poll}
 }
 
-func (o *Ollama) Kind() string { return "ollama" }
-func (o *Ollama) Name() string { return o.name }
-func (o *Ollama) URL() string  { return o.c.URL() }
+func (o *Engine) Kind() string { return "ollama" }
+func (o *Engine) Name() string { return o.name }
+func (o *Engine) URL() string  { return o.c.URL() }
 
-// Loaded implements LLMEngine through /api/ps.
-func (o *Ollama) Loaded(ctx context.Context) ([]string, error) {
+// Loaded implements engine.LLM through /api/ps.
+func (o *Engine) Loaded(ctx context.Context) ([]string, error) {
 	models, err := o.c.PS(ctx)
 	names := make([]string, len(models))
 	for i, m := range models {
@@ -49,12 +51,12 @@ func (o *Ollama) Loaded(ctx context.Context) ([]string, error) {
 	return names, err
 }
 
-// Warm implements LLMEngine.
-func (o *Ollama) Warm(ctx context.Context, model string) error { return o.c.Warm(ctx, model, "") }
+// Warm implements engine.LLM.
+func (o *Engine) Warm(ctx context.Context, model string) error { return o.c.Warm(ctx, model, "") }
 
 // UnloadSoon sends the unloads without waiting for them: Ollama carries
 // each out once the model's running requests have finished.
-func (o *Ollama) UnloadSoon(ctx context.Context) (int, error) {
+func (o *Engine) UnloadSoon(ctx context.Context) (int, error) {
 	models, err := o.c.PS(ctx)
 	if err != nil {
 		return 0, err
@@ -65,11 +67,11 @@ func (o *Ollama) UnloadSoon(ctx context.Context) (int, error) {
 	return len(models), nil
 }
 
-// Empty implements LLMEngine. Normally an empty /api/ps is the
+// Empty implements engine.LLM. Normally an empty /api/ps is the
 // confirmation. After abnormal LLM use it is confirmed as
 // confirmAfterAbort says; and a refused connection counts as empty only as
 // confirmNotRunning says.
-func (o *Ollama) Empty(ctx context.Context, log *zap.Logger, abnormal time.Time) ([]string, error, error) {
+func (o *Engine) Empty(ctx context.Context, log *zap.Logger, abnormal time.Time) ([]string, error, error) {
 	names, err := o.c.UnloadAll(ctx, o.poll)
 	if err == nil && !abnormal.IsZero() {
 		var more []string
@@ -88,7 +90,7 @@ func (o *Ollama) Empty(ctx context.Context, log *zap.Logger, abnormal time.Time)
 // /api/ps lists nothing and, for an Ollama on this host, no runner process
 // of it is alive, both at once. Models that appear meanwhile (a load that
 // finished after all) are unloaded.
-func (o *Ollama) confirmAfterAbort(ctx context.Context, since time.Time) ([]string, error) {
+func (o *Engine) confirmAfterAbort(ctx context.Context, since time.Time) ([]string, error) {
 	if err := sleepCtx(ctx, time.Until(since.Add(abortSettle))); err != nil {
 		return nil, fmt.Errorf("%w: the deadline passed while an aborted load could still be running", errOllamaBusy)
 	}
@@ -118,7 +120,7 @@ func (o *Ollama) confirmAfterAbort(ctx context.Context, since time.Time) ([]stri
 // memory, so a refusing local Ollama is empty only once no runner process
 // of it is alive. For an Ollama on another host nothing more can be seen:
 // it counts as empty (min_free_vram, if set, still checks the card).
-func (o *Ollama) confirmNotRunning(ctx context.Context, log *zap.Logger, refused error) error {
+func (o *Engine) confirmNotRunning(ctx context.Context, log *zap.Logger, refused error) error {
 	pace := poll.New(o.poll)
 	logged := false
 	for {
@@ -170,4 +172,4 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-var _ LLMEngine = (*Ollama)(nil)
+var _ engine.LLM = (*Engine)(nil)
