@@ -115,13 +115,6 @@ func (b *waitBudget) leave(max int) {
 	}
 }
 
-// WaitBufferStatus is the status JSON's "wait_buffer".
-type WaitBufferStatus struct {
-	Bytes int64 `json:"bytes"` // request body bytes held for waiting requests now
-	Limit int64 `json:"limit"` // wait_buffer_limit
-	Peak  int64 `json:"peak"`  // the most held at once since Caddy started
-}
-
 func (b *waitBudget) status(c *config) WaitBufferStatus {
 	st := WaitBufferStatus{Bytes: b.bytes.Load(), Peak: b.peak.Load()}
 	if c != nil {

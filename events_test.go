@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
@@ -156,53 +155,6 @@ func TestEventStreamFollowsTheGPU(t *testing.T) {
 // TestEventStreamKeepsAlive checks, on a fake clock, that an idle stream
 // gets a comment line well within 15 s, and that the stream ends when the
 // config that serves it is unloaded.
-func TestEventStreamKeepsAlive(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		ts := newTurnstile("keepalive")
-		defer ts.Destruct()
-		done := make(chan struct{})
-		h := &StatusHandler{ts: ts, done: done}
-		pr, pw := io.Pipe()
-		w := &pipeWriter{header: http.Header{}, w: pw}
-		served := make(chan error, 1)
-		req, _ := http.NewRequest(http.MethodGet, "/status?view=events", nil)
-		go func() { served <- h.ServeHTTP(w, req, nil); pw.Close() }()
-		lines := bufio.NewScanner(pr)
-		readUntil := func(prefix string) time.Duration {
-			start := time.Now()
-			for lines.Scan() {
-				if strings.HasPrefix(lines.Text(), prefix) {
-					return time.Since(start)
-				}
-			}
-			t.Fatalf("stream ended before %q", prefix)
-			return 0
-		}
-		readUntil("event: status")
-		for range 3 {
-			if took := readUntil(": keep-alive"); took > 15*time.Second {
-				t.Fatalf("keep-alive after %v", took)
-			}
-		}
-		close(done)
-		go io.Copy(io.Discard, pr)
-		if err := <-served; err != nil {
-			t.Fatal(err)
-		}
-	})
-}
-
-// pipeWriter is a flushable ResponseWriter that writes into a pipe.
-type pipeWriter struct {
-	header http.Header
-	w      io.Writer
-}
-
-func (p *pipeWriter) Header() http.Header         { return p.header }
-func (p *pipeWriter) Write(b []byte) (int, error) { return p.w.Write(b) }
-func (p *pipeWriter) WriteHeader(int)             {}
-func (p *pipeWriter) Flush()                      {}
-
 // TestEventStreamEndsOnReload checks that a config reload ends the
 // streams of the old config at once (the browser reconnects to the new
 // one), rather than waiting for them.

@@ -74,7 +74,7 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 		return clientGone("while the LLM engines were emptied")
 	}
 	if job.Submitting() != nil {
-		return writeCancelledBeforeSent(w, e)
+		return writeImageError(w, e, httpapi.CancelledBeforeSent(e.Name()))
 	}
 	if e.Synchronous() {
 		return ts.serveSyncJob(w, r, next, c, job)

@@ -1,7 +1,6 @@
 package turnstile
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
@@ -16,14 +15,4 @@ func newCrossOrigin(handler string, trusted []string) (*httpapi.CrossOrigin, err
 		return nil, fmt.Errorf("%s: trusted_origins: %v", handler, err)
 	}
 	return c, nil
-}
-
-// refused turns a refusal of the checks in internal/httpapi into the
-// routes' error (a caddy.APIError); nil stays nil.
-func refused(err error) error {
-	var ref *httpapi.Refusal
-	if errors.As(err, &ref) {
-		return apiError(ref.Status, "%s", ref.Message)
-	}
-	return err
 }

@@ -1,4 +1,4 @@
-package turnstile
+package httpapi
 
 import (
 	"bytes"
@@ -35,8 +35,8 @@ func wantsEvents(r *http.Request) bool {
 // shuts down or its config is unloaded (so that neither a reload nor
 // Caddy's exit waits for a stream; a browser reconnects to the new
 // config) or the client falls behind and is dropped.
-func (h *StatusHandler) serveEvents(w http.ResponseWriter, r *http.Request) error {
-	sub, err := h.ts.Subscribe()
+func (s *StatusRoutes) serveEvents(w http.ResponseWriter, r *http.Request) error {
+	sub, err := s.Turnstile.Subscribe()
 	if err != nil {
 		// The page falls back to polling.
 		w.Header().Set("Retry-After", "30")
@@ -52,7 +52,7 @@ func (h *StatusHandler) serveEvents(w http.ResponseWriter, r *http.Request) erro
 	hdr.Set("X-Accel-Buffering", "no") // nginx in front: do not buffer
 	w.WriteHeader(http.StatusOK)
 
-	first, err := json.Marshal(h.ts.status())
+	first, err := json.Marshal(s.Turnstile.status())
 	if err != nil {
 		return err
 	}
@@ -82,40 +82,12 @@ func (h *StatusHandler) serveEvents(w http.ResponseWriter, r *http.Request) erro
 			buf.WriteString(": keep-alive\n\n")
 		case <-r.Context().Done():
 			return nil
-		case <-h.done:
+		case <-s.Done:
 			return nil
-		case <-h.shutdown.C():
+		case <-s.Shutdown:
 			return nil
 		}
 	}
-}
-
-// shutdownSignal is closed when the HTTP server that serves a handler
-// begins to shut down. Caddy's server then waits for its connections
-// (forever, by default) before it cancels the config's context, so a
-// stream that waited for that context would keep Caddy from exiting.
-type shutdownSignal struct {
-	once sync.Once
-	ch   chan struct{}
-}
-
-// onShutdown returns the signal of ctx's HTTP server; one that never
-// fires outside a server.
-func onShutdown(ctx caddy.Context) *shutdownSignal {
-	s := &shutdownSignal{ch: make(chan struct{})}
-	if srv, ok := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok && srv != nil {
-		srv.RegisterOnShutdown(func() { s.once.Do(func() { close(s.ch) }) })
-	}
-	return s
-}
-
-// C is closed once the server begins to shut down; nil (never) for no
-// signal at all.
-func (s *shutdownSignal) C() <-chan struct{} {
-	if s == nil {
-		return nil
-	}
-	return s.ch
 }
 
 // writeEvent appends ev in the event stream's format. Its data is JSON on
@@ -126,4 +98,20 @@ func writeEvent(buf *bytes.Buffer, ev gpu.Event) {
 	buf.WriteString("\ndata: ")
 	buf.Write(ev.Data)
 	buf.WriteString("\n\n")
+}
+
+// OnShutdown returns a channel closed when the HTTP server of ctx begins
+// to shut down (a reload or Caddy's exit); nil, which never fires,
+// outside a server. Caddy's server then waits for its connections
+// (forever, by default) before it cancels the config's context, so a
+// stream that waited for that context would keep Caddy from exiting.
+func OnShutdown(ctx caddy.Context) <-chan struct{} {
+	srv, ok := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	if !ok || srv == nil {
+		return nil
+	}
+	ch := make(chan struct{})
+	var once sync.Once
+	srv.RegisterOnShutdown(func() { once.Do(func() { close(ch) }) })
+	return ch
 }

@@ -1,6 +1,7 @@
-package turnstile
+package httpapi
 
 import (
+	"bytes"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/base64"
@@ -31,6 +32,17 @@ var pageCSP = func() string {
 	return fmt.Sprintf("default-src 'none'; script-src %s; style-src %s; connect-src 'self'; img-src 'self' data:; "+
 		"base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
 		hash("<script>", "</script>"), hash("<style>", "</style>"))
+}()
+
+// pageWithControls is the status page with its "Cancel job" button
+// enabled, for a status handler with controls. Only the body's attribute
+// differs, so the hashes of its script and style still hold.
+var pageWithControls = func() []byte {
+	page := bytes.Replace(pageHTML, []byte("<body>"), []byte(`<body data-controls="on">`), 1)
+	if bytes.Equal(page, pageHTML) {
+		panic("page.html lacks <body>")
+	}
+	return page
 }()
 
 // wantsHTML reports whether a browser asked for the page.

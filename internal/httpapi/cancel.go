@@ -1,30 +1,28 @@
-package turnstile
+package httpapi
 
 import (
-	"bytes"
 	"errors"
 	"net/http"
 
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 )
 
-// cancelJob cancels ts's running image job and answers, once its engine
+// cancelJob cancels t's running image job and answers, once its engine
 // has shown the job's end, 200 {"prompt_id","engine","outcome"}. It
 // serves the admin route DELETE /gpu_turnstile/job and the status
 // handler's DELETE ?view=job; errors are caddy.APIError values. With
 // force=1 the job is abandoned instead: the GPU is handed on after the
 // engine's free although the job may still compute (gpu.ForceEndJob).
-func cancelJob(w http.ResponseWriter, r *http.Request, ts *turnstile) error {
+func cancelJob(w http.ResponseWriter, r *http.Request, t Turnstile) error {
 	var res gpu.Cancelled
 	var err error
 	switch f := r.URL.Query().Get("force"); f {
 	case "":
-		res, err = ts.CancelJob(r.Context())
+		res, err = t.CancelJob(r.Context())
 	case "1", "true":
-		res, err = ts.ForceEndJob(r.Context(), requester(r))
+		res, err = t.ForceEndJob(r.Context(), requester(r))
 	default:
 		return apiError(http.StatusBadRequest, "force=%q: use force=1 to hand the GPU on without waiting for the job's end, or leave it out", f)
 	}
@@ -38,17 +36,18 @@ func cancelJob(w http.ResponseWriter, r *http.Request, ts *turnstile) error {
 	if res.PromptID != nil {
 		job += " " + *res.PromptID
 	}
+	name := t.Name()
 	switch {
 	case errors.Is(err, gpu.ErrNoJob):
-		return apiError(http.StatusNotFound, "turnstile %q: %v", ts.name, err)
+		return apiError(http.StatusNotFound, "turnstile %q: %v", name, err)
 	case errors.Is(err, gpu.ErrNotOurJob):
-		return apiError(http.StatusConflict, "turnstile %q: %v", ts.name, err)
+		return apiError(http.StatusConflict, "turnstile %q: %v", name, err)
 	case errors.Is(err, gpu.ErrInterruptFailed):
-		return apiError(http.StatusBadGateway, "turnstile %q: %s: %v", ts.name, job, err)
+		return apiError(http.StatusBadGateway, "turnstile %q: %s: %v", name, job, err)
 	case errors.Is(err, gpu.ErrNotStopped):
-		return apiError(http.StatusGatewayTimeout, "turnstile %q: %s: %v", ts.name, job, err)
+		return apiError(http.StatusGatewayTimeout, "turnstile %q: %s: %v", name, job, err)
 	}
-	return apiError(http.StatusInternalServerError, "turnstile %q: %s: %v", ts.name, job, err)
+	return apiError(http.StatusInternalServerError, "turnstile %q: %s: %v", name, job, err)
 }
 
 // requester says who sent r, for the log of a forced end.
@@ -69,11 +68,11 @@ func requester(r *http.Request) string {
 // cancel: the cross-origin check refuses it (a DELETE also needs a CORS
 // preflight, which this handler never grants, but the check does not
 // lean on that).
-func (h *StatusHandler) serveCancel(w http.ResponseWriter, r *http.Request) error {
-	if err := refused(h.origin.Guard(r)); err != nil {
-		return writeAPIError(w, err)
+func (s *StatusRoutes) serveCancel(w http.ResponseWriter, r *http.Request) error {
+	if err := refused(s.Origin.Guard(r)); err != nil {
+		return WriteAPIError(w, err)
 	}
-	if !h.Controls {
+	if !s.Controls {
 		w.Header().Set("Allow", "GET, HEAD")
 		return writeJSON(w, http.StatusMethodNotAllowed,
 			map[string]string{"error": "gpu_turnstile: DELETE is not allowed: this gpu_turnstile_status has no `controls`"})
@@ -82,33 +81,23 @@ func (h *StatusHandler) serveCancel(w http.ResponseWriter, r *http.Request) erro
 		return writeJSON(w, http.StatusBadRequest,
 			map[string]string{"error": "gpu_turnstile: DELETE cancels the running image job: use ?view=job"})
 	}
-	return writeAPIError(w, cancelJob(w, r, h.ts))
+	return WriteAPIError(w, cancelJob(w, r, s.Turnstile))
 }
 
-// writeAPIError answers a caddy.APIError on a site as the admin endpoint
+// CancelledBeforeSent is the answer to an image request whose job was
+// cancelled before it was sent to its engine, named engine; the caller
+// writes it in the engine's error shape.
+func CancelledBeforeSent(engine string) Error {
+	return Error{Status: http.StatusConflict, Code: "job_cancelled",
+		Message: "gpu_turnstile: image job cancelled before it was sent to " + engine}
+}
+
+// WriteAPIError answers a caddy.APIError on a site as the admin endpoint
 // does, {"error":"..."}; other errors, and nil, it returns for Caddy.
-func writeAPIError(w http.ResponseWriter, err error) error {
+func WriteAPIError(w http.ResponseWriter, err error) error {
 	var apiErr caddy.APIError
 	if errors.As(err, &apiErr) {
 		return writeJSON(w, apiErr.HTTPStatus, map[string]string{"error": apiErr.Err.Error()})
 	}
 	return err
-}
-
-// pageWithControls is the status page with its "Cancel job" button
-// enabled, for a status handler with controls. Only the body's attribute
-// differs, so the hashes of its script and style still hold.
-var pageWithControls = func() []byte {
-	page := bytes.Replace(pageHTML, []byte("<body>"), []byte(`<body data-controls="on">`), 1)
-	if bytes.Equal(page, pageHTML) {
-		panic("page.html lacks <body>")
-	}
-	return page
-}()
-
-// writeCancelledBeforeSent answers an image request whose job was
-// cancelled before it was sent to its engine, in the engine's error shape.
-func writeCancelledBeforeSent(w http.ResponseWriter, e gpu.ImageEngine) error {
-	return writeImageError(w, e, httpapi.Error{Status: http.StatusConflict, Code: "job_cancelled",
-		Message: "gpu_turnstile: image job cancelled before it was sent to " + e.Name()})
 }

@@ -1,0 +1,45 @@
+package httpapi
+
+import (
+	"time"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
+)
+
+// Turnstile is one turnstile as its routes see it: the orchestration of
+// its GPU, and what its running config tells them.
+type Turnstile struct {
+	*gpu.GPU
+	Config Config
+}
+
+// Config is what a turnstile's running config, and the requests waiting
+// for its GPU, tell its routes. The root's runtime implements it.
+type Config interface {
+	// Facts is what they add to the GPU's status.
+	Facts() Facts
+	// HoldWait is image_wait_timeout, a new hold's default wait_timeout;
+	// false while no config has started.
+	HoldWait() (time.Duration, bool)
+	// RetryAfter is the Retry-After, in seconds, of an answer that the
+	// GPU is busy.
+	RetryAfter() int
+}
+
+// Facts is what a turnstile's running config and its waiting requests add
+// to its GPU's status; zero but for the buffer's counts while no config
+// has started.
+type Facts struct {
+	WaitBuffer   WaitBufferStatus
+	WaitingLimit int      // max_waiting
+	Warnings     []string // what the running config got wrong, seen at run time
+}
+
+// Turnstiles are every turnstile, for the admin endpoint's routes.
+type Turnstiles interface {
+	// Find returns the named turnstile ("" names the default one);
+	// false if there is none.
+	Find(name string) (Turnstile, bool)
+	// Range calls f for each turnstile until it returns false.
+	Range(f func(Turnstile) bool)
+}
