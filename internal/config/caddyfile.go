@@ -120,7 +120,7 @@ type blockLines struct {
 
 func (b *blockLines) note(opt string, line int) {
 	switch opt {
-	case "ollama", "comfy":
+	case shorthands[LLM].option, shorthands[Image].option:
 		if b.shorthand == nil {
 			b.shorthand = map[string]int{}
 		}
@@ -144,7 +144,7 @@ func (b *blockLines) lineOf(err error, s *Settings) (int, bool) {
 	var ee *EngineError
 	if errors.As(err, &ee) {
 		lines := b.engineOption[ee.Class]
-		short := map[string]string{"llm": "ollama", "image": "comfy"}[ee.Class]
+		short := shorthands[ee.Class].option
 		if line, ok := b.shorthand[short]; ok && s.Shorthand(ee.Class) != "" {
 			lines = append([]int{line}, lines...)
 		}

@@ -10,38 +10,22 @@ import (
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
 )
 
-// engineList is a turnstile's engines of one class as configured: the
-// shorthand (`ollama URL`, `comfy URL`) first, then the `llm`/`image`
-// entries.
-func engineList(shorthand, kind string, more []EngineSettings) []EngineSettings {
-	var list []EngineSettings
-	if shorthand != "" {
-		list = append(list, EngineSettings{Kind: kind, URL: shorthand})
-	}
-	return append(list, more...)
-}
-
 // validateEngines builds every engine's client and adapter. Errors name
 // the option as the Caddyfile spells it.
 func validateEngines(s Settings, c *Turnstile) error {
-	llms := engineList(s.Ollama, "ollama", s.LLM)
-	images := engineList(s.Comfy, "comfyui", s.Image)
-	if len(llms)+len(images) == 0 {
+	if len(s.engines(LLM))+len(s.engines(Image)) == 0 {
 		return fmt.Errorf("no engine: at least one of ollama and comfy (or an llm or image engine) must be set")
 	}
 	names := map[string]string{}
-	for _, cl := range []struct {
-		class string
-		list  []EngineSettings
-	}{{"llm", llms}, {"image", images}} {
-		for i, es := range cl.list {
-			e, err := buildEngine(cl.class, es, c)
+	for _, class := range []string{LLM, Image} {
+		for i, es := range s.engines(class) {
+			e, err := buildEngine(class, es, c)
 			if err != nil {
-				return &EngineError{Class: cl.class, Index: i, err: err}
+				return &EngineError{Class: class, Index: i, err: err}
 			}
-			where := cl.class + " " + es.Kind + " " + gpu.RedactURL(es.URL)
+			where := class + " " + es.Kind + " " + gpu.RedactURL(es.URL)
 			if prev, dup := names[e.Name()]; dup {
-				return &EngineError{Class: cl.class, Index: i,
+				return &EngineError{Class: class, Index: i,
 					err: fmt.Errorf("%s: another engine (%s) is already named %q: give one of them a name", where, prev, e.Name())}
 			}
 			names[e.Name()] = where
@@ -68,10 +52,7 @@ func buildEngine(class string, es EngineSettings, c *Turnstile) (gpu.Engine, err
 	if err := jsonhttp.CheckURL(es.URL); err != nil {
 		return nil, fmt.Errorf("%s %s: URL %q: %v", class, es.Kind, gpu.RedactURL(es.URL), err)
 	}
-	name := es.Name
-	if name == "" {
-		name = es.Kind
-	}
+	name := es.name()
 	if !ValidName(name) {
 		return nil, fmt.Errorf("%s %s: name %q: %s", class, es.Kind, name, NameRule)
 	}
@@ -106,40 +87,56 @@ type EngineError struct {
 func (e *EngineError) Error() string { return e.err.Error() }
 func (e *EngineError) Unwrap() error { return e.err }
 
-// Shorthand is the shorthand option's URL of class (ollama for llm, comfy
-// for image).
+// Shorthand is the URL of class's shorthand option (ollama for llm,
+// comfy for image).
 func (s *Settings) Shorthand(class string) string {
-	if class == "llm" {
+	if class == LLM {
 		return s.Ollama
 	}
 	return s.Comfy
 }
 
+// engines are the engines of class as configured: the shorthand's first,
+// then the llm or image entries.
+func (s *Settings) engines(class string) []EngineSettings {
+	more := s.LLM
+	if class == Image {
+		more = s.Image
+	}
+	var list []EngineSettings
+	if url := s.Shorthand(class); url != "" {
+		list = append(list, EngineSettings{Kind: shorthands[class].kind, URL: url})
+	}
+	return append(list, more...)
+}
+
+// name is the engine's name: its kind unless it names itself.
+func (es EngineSettings) name() string {
+	if es.Name == "" {
+		return es.Kind
+	}
+	return es.Name
+}
+
 // HasImageEngine reports whether the settings have an image engine named
 // name.
 func (s *Settings) HasImageEngine(name string) bool {
-	for _, es := range engineList(s.Comfy, "comfyui", s.Image) {
-		if es.Name == name || (es.Name == "" && es.Kind == name) {
-			return true
-		}
-	}
-	return false
+	_, _, class, ok := s.EngineNamed(name)
+	return ok && class == Image
 }
 
 // EngineNamed finds the engine named name in the settings, with the
 // option that defines it (as the Caddyfile spells it: `ollama`, `llm
 // vllm`...) and its class.
 func (s *Settings) EngineNamed(name string) (es EngineSettings, opt, class string, ok bool) {
-	for _, cl := range []struct {
-		class, shorthand, kind, url string
-		more                        []EngineSettings
-	}{{"llm", "ollama", "ollama", s.Ollama, s.LLM}, {"image", "comfy", "comfyui", s.Comfy, s.Image}} {
-		if cl.url != "" && name == cl.kind {
-			return EngineSettings{Kind: cl.kind, URL: cl.url}, cl.shorthand, cl.class, true
-		}
-		for _, es := range cl.more {
-			if es.Name == name || (es.Name == "" && es.Kind == name) {
-				return es, cl.class + " " + es.Kind, cl.class, true
+	for _, class := range []string{LLM, Image} {
+		for i, es := range s.engines(class) {
+			switch {
+			case es.name() != name:
+			case i == 0 && s.Shorthand(class) != "":
+				return es, shorthands[class].option, class, true
+			default:
+				return es, class + " " + es.Kind, class, true
 			}
 		}
 	}
@@ -149,12 +146,8 @@ func (s *Settings) EngineNamed(name string) (es EngineSettings, opt, class strin
 // EngineNameList lists the settings' engines by name, for messages.
 func (s *Settings) EngineNameList() string {
 	var names []string
-	for _, es := range append(engineList(s.Ollama, "ollama", s.LLM), engineList(s.Comfy, "comfyui", s.Image)...) {
-		name := es.Name
-		if name == "" {
-			name = es.Kind
-		}
-		names = append(names, name)
+	for _, es := range append(s.engines(LLM), s.engines(Image)...) {
+		names = append(names, es.name())
 	}
 	sort.Strings(names)
 	return strings.Join(names, ", ")

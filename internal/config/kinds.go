@@ -27,6 +27,14 @@ const (
 	Image = "image" // takes the GPU alone for a job
 )
 
+// shorthands are the options that give a class's first engine by its URL
+// alone: `ollama URL` is `llm ollama URL`, `comfy URL` is `image comfyui
+// URL`.
+var shorthands = map[string]struct{ option, kind string }{
+	LLM:   {"ollama", "ollama"},
+	Image: {"comfy", "comfyui"},
+}
+
 // Kind is what the turnstile knows of one kind of engine. A new engine is
 // its adapter and one entry in Kinds.
 type Kind struct {
