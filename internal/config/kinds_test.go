@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 )
 
 // Every kind in the registry builds an adapter of its class and kind, and
@@ -23,6 +24,9 @@ func TestKindsBuildTheirClass(t *testing.T) {
 		}
 		if (k.Class == Image) != (len(k.Jobs) > 0) {
 			t.Errorf("%s: %d job routes for class %s", k.Name, len(k.Jobs), k.Class)
+		}
+		if api := httpapi.ShapeOf("/api/x", k.Name); api != k.API {
+			t.Errorf("%s: error shape %v, httpapi answers its routes in %v", k.Name, k.API, api)
 		}
 		if s := k.ServesJobsOf; s != "" && !IsKind(Image, s) {
 			t.Errorf("%s serves the job routes of %q, no image kind", k.Name, s)
