@@ -1,6 +1,3 @@
-// Package config holds what turns the turnstile's settings, as a Caddyfile
-// or a JSON config gives them, into checked values: a JSON decoder that
-// names the field it refuses.
 package config
 
 import (

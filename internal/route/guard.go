@@ -1,7 +1,3 @@
-// Package route tells whether the upstream Caddy's reverse_proxy sent a
-// request to is one of a turnstile's engines. A turnstile that empties
-// one server while the traffic goes to another lets the GPU be shared
-// unseen; comparing the two addresses is how that is noticed.
 package route
 
 import (
