@@ -130,3 +130,39 @@ func TestHoldStoreOnEnd(t *testing.T) {
 		}
 	})
 }
+
+// stuckStore is a hold store whose Load does not return until release is
+// closed.
+type stuckStore struct {
+	memStore
+	release chan struct{}
+}
+
+func (s *stuckStore) Load() ([]SavedHold, error) {
+	<-s.release
+	return nil, nil
+}
+
+// A hold store that does not answer holds the start-up up for
+// restoreTimeout at most, LLM requests held back meanwhile, and does not
+// hold Close up at all.
+func TestRestoreIsBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &stuckStore{release: make(chan struct{})}
+		defer close(store.release)
+		g, _ := newFakeGPU(t, &fakeLLM{}, func(c *Config) { c.HoldStore = store })
+		l := g.Lock()
+		time.Sleep(restoreTimeout - time.Second)
+		synctest.Wait()
+		if l.TryAcquireShared() {
+			t.Fatal("an LLM request got in while the hold store was being read")
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if !l.TryAcquireShared() {
+			t.Fatalf("past restoreTimeout the start-up still holds the GPU: %v", g.State())
+		}
+		l.ReleaseShared()
+		g.Close() // returns with the store still stuck
+	})
+}
