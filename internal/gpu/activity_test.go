@@ -18,12 +18,9 @@ func TestWaitersShowInTheStatus(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	waited := make(chan error)
 	go func() { waited <- g.AcquireShared(ctx) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for g.Status().OldestWaitSeconds == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the waiting LLM request does not show in the status")
-		}
-		time.Sleep(time.Millisecond)
+	waitStatus(t, g, "the waiting LLM request in the status", func(st Status) bool { return len(st.Waiters) > 0 })
+	if g.Status().OldestWaitSeconds == 0 {
+		t.Fatal("the waiting LLM request's wait does not show in the status")
 	}
 	cancel()
 	if err := <-waited; err == nil {

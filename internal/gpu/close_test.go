@@ -58,13 +58,7 @@ func TestCloseWaitsForTheJobWatch(t *testing.T) {
 	c.LLMs, c.Images = []LLMEngine{&fakeLLM{}}, []ImageEngine{img}
 	g := New("close", &recorder{})
 	g.Apply(c, zap.NewNop())
-	deadline := time.Now().Add(5 * time.Second)
-	for g.Probing() || g.State().String() != "idle" {
-		if time.Now().After(deadline) {
-			t.Fatal("the start-up probe did not end")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitStatus(t, g, "the start-up probe's end", func(st Status) bool { return !g.Probing() && st.State == "idle" })
 	job, err := g.BeginImage(context.Background(), "")
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package gpu
 import (
 	"context"
 	"testing"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -13,13 +12,7 @@ import (
 // waitIdle waits until the GPU is idle (the start-up probe done).
 func waitIdle(t *testing.T, g *GPU) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for g.Status().State != "idle" || g.Probing() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not idle: %+v", g.Status())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitStatus(t, g, "idle", func(st Status) bool { return st.State == "idle" && !g.Probing() })
 }
 
 // A free owed by an image engine is paid even after a reload dropped the
@@ -78,13 +71,7 @@ func TestJobUsesTheEngineOfTheConfigCurrentWhenItGetsTheGPU(t *testing.T) {
 		}
 		got <- j
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for g.Lock().Snapshot().ImageWaiting == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the job never queued")
-		}
-		time.Sleep(time.Millisecond) // the lock has no change signal to wait on
-	}
+	waitStatus(t, g, "the job queued", func(st Status) bool { return st.ImageWaiting > 0 })
 	c2 := testConfig()
 	c2.Images = []ImageEngine{renewed}
 	g.Apply(c2, zap.NewNop())

@@ -78,13 +78,7 @@ func TestHoldEmptiesAnyLLMEngineAndWarmsAfter(t *testing.T) {
 		t.Fatalf("steps %v, want one unload", got)
 	}
 	h.End("released")
-	deadline := time.Now().Add(5 * time.Second)
-	for g.Status().Warming || g.State().String() != "idle" {
-		if time.Now().After(deadline) {
-			t.Fatal("not idle after the hold")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitStatus(t, g, "idle after the hold", func(st Status) bool { return !st.Warming && st.State == "idle" })
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if len(e.warmed) != 1 || e.warmed[0] != "m1" {

@@ -129,9 +129,16 @@ func testConfig() *Config {
 // waitState polls the status until cond holds.
 func (f *fixture) waitState(t *testing.T, what string, cond func(Status) bool) Status {
 	t.Helper()
+	return waitStatus(t, f.g, what, cond)
+}
+
+// waitStatus waits, on the GPU's change signal, until its status meets
+// cond, for 10 s at most.
+func waitStatus(t testing.TB, g *GPU, what string, cond func(Status) bool) Status {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := f.g.WaitStatus(ctx, cond)
+	st, err := g.WaitStatus(ctx, cond)
 	if err != nil {
 		t.Fatalf("%s: not reached; status %+v", what, st)
 	}
@@ -292,13 +299,7 @@ func TestStartUpProbeHoldsTheGPUForQueuedWork(t *testing.T) {
 		t.Fatalf("status at start-up %+v, want image for the probe", st)
 	}
 	if !g.Lock().TryAcquireShared() {
-		deadline := time.Now().Add(10 * time.Second)
-		for g.Status().State != "idle" {
-			if time.Now().After(deadline) {
-				t.Fatal("the queued work never let the GPU go")
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		waitStatus(t, g, "the queued work letting the GPU go", func(st Status) bool { return st.State == "idle" })
 		return
 	}
 	t.Fatal("an LLM request had the GPU while the start-up probe held it")

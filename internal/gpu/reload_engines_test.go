@@ -161,12 +161,12 @@ func TestVLLMSleepCutByTheTimeoutIsWokenAfter(t *testing.T) {
 	if !card.WaitFor(10*time.Second, func(ev []gputest.Event) bool { return gputest.Index(ev, 0, "vllm", "sleep answered") >= 0 }) {
 		t.Fatalf("vLLM never slept:\n%s", gputest.Dump(card.Events()))
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for vs.Sleeping() {
-		if time.Now().After(deadline) {
-			t.Fatalf("vLLM left asleep (wakes %d, wake owed %v):\n%s", vs.Wakes(), g.isOwed(g.cfg().LLMs[0]), gputest.Dump(card.Events()))
-		}
-		time.Sleep(10 * time.Millisecond)
+	// The wake is confirmed before the engine's record says ready.
+	waitStatus(t, g, "vLLM woken", func(st Status) bool {
+		return len(st.Engines) > 0 && st.Engines[0].State == "ready" && !g.isOwed(g.cfg().LLMs[0])
+	})
+	if vs.Sleeping() {
+		t.Fatalf("vLLM left asleep (wakes %d):\n%s", vs.Wakes(), gputest.Dump(card.Events()))
 	}
 }
 
