@@ -15,6 +15,8 @@ type fakeImage struct {
 	name    string
 	stopped atomic.Bool // a job watch returned
 	frees   atomic.Int64
+	// freeing, if set, holds each free until it is closed.
+	freeing chan struct{}
 }
 
 type fakeWatch struct{ changed chan struct{} }
@@ -49,7 +51,17 @@ func (f *fakeImage) WaitJob(ctx context.Context, _ string, _ Watch) (string, err
 
 func (f *fakeImage) WaitIdle(ctx context.Context, _ Watch) error { return nil }
 func (f *fakeImage) Interrupt(context.Context, string) error     { return nil }
-func (f *fakeImage) Free(context.Context) (bool, error)          { f.frees.Add(1); return true, nil }
+func (f *fakeImage) Free(ctx context.Context) (bool, error) {
+	f.frees.Add(1)
+	if f.freeing != nil {
+		select {
+		case <-f.freeing:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+	return true, nil
+}
 
 func TestCloseWaitsForTheJobWatch(t *testing.T) {
 	t.Parallel()
@@ -73,5 +85,35 @@ func TestCloseWaitsForTheJobWatch(t *testing.T) {
 	}
 	if s := g.State().String(); s != "idle" {
 		t.Fatalf("state %s after Close, want the job's end to have given the GPU back", s)
+	}
+}
+
+// Close cancels first, then ends the holds: the image engine a hold left
+// owing a free is not freed, and the warm model is not loaded again, for
+// a GPU nobody will use after.
+func TestCloseEndsHoldsWithoutFreesOrWarmUps(t *testing.T) {
+	t.Parallel()
+	img, llm := &fakeImage{}, &fakeLLM{}
+	c := testConfig()
+	c.LLMs, c.Images, c.WarmModel = []LLMEngine{llm}, []ImageEngine{img}, "m1"
+	g := New("t", &recorder{})
+	g.Apply(c, zap.NewNop())
+	waitIdle(t, g)
+	if _, err := g.TakeHold(context.Background(), "game", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	g.owe(img) // the game left memory in the image engine, say
+	frees := img.frees.Load()
+	llm.mu.Lock()
+	warmed := len(llm.warmed)
+	llm.mu.Unlock()
+	g.Close()
+	if n := img.frees.Load(); n != frees {
+		t.Fatalf("Close freed the image engine (%d frees, %d before)", n, frees)
+	}
+	llm.mu.Lock()
+	defer llm.mu.Unlock()
+	if len(llm.warmed) != warmed {
+		t.Fatalf("Close warmed %v", llm.warmed[warmed:])
 	}
 }

@@ -132,3 +132,69 @@ func TestHoldRefusedWhenTheLLMEngineCannotBeEmptied(t *testing.T) {
 		t.Fatalf("state %s after a refused hold", s)
 	}
 }
+
+// The free after a hold runs on the GPU's own goroutine: End (a DELETE,
+// the presence watcher) returns while it runs, and LLM use resumes once
+// it is done.
+func TestHoldEndDoesNotWaitForTheFree(t *testing.T) {
+	t.Parallel()
+	img := &fakeImage{}
+	g, _ := newFakeGPU(t, &fakeLLM{}, func(c *Config) { c.Images = []ImageEngine{img} })
+	waitIdle(t, g)
+	h, err := g.TakeHold(context.Background(), "test", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img.freeing = make(chan struct{}) // the frees from now on wait
+	g.owe(img) // the image engine loaded memory during the hold
+	ended := make(chan bool)
+	go func() { ended <- h.End("released") }()
+	select {
+	case ok := <-ended:
+		if !ok {
+			t.Fatal("End did not end the hold")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("End waited for the free")
+	}
+	waitStatus(t, g, "the free running", func(st Status) bool { return st.Freeing })
+	if g.Lock().TryAcquireShared() {
+		t.Fatal("an LLM request got in while the free ran")
+	}
+	close(img.freeing)
+	waitStatus(t, g, "idle after the free", func(st Status) bool { return st.State == "idle" && !st.Freeing })
+}
+
+// A waiter for the GPU whose wait ends as the GPU is granted to it
+// returns at once; the grant is given back, with its free, on the GPU's
+// own goroutine.
+func TestCancelledGrantIsGivenBackOffTheCaller(t *testing.T) {
+	t.Parallel()
+	img := &fakeImage{}
+	g, _ := newFakeGPU(t, &fakeLLM{}, func(c *Config) { c.Images = []ImageEngine{img} })
+	waitIdle(t, g)
+	h, err := g.TakeHold(context.Background(), "first", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img.freeing = make(chan struct{}) // the frees from now on wait
+	ctx, cancel := context.WithCancel(context.Background())
+	waited := make(chan error)
+	go func() {
+		_, err := g.TakeHold(ctx, "second", time.Minute)
+		waited <- err
+	}()
+	waitStatus(t, g, "the second hold waiting", func(st Status) bool { return st.HoldWaiting == 1 })
+	// The first hold's end hands the GPU, and the debt of a free, to the
+	// second as its wait is cancelled.
+	g.owe(img)
+	h.End("released")
+	cancel()
+	select {
+	case <-waited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the cancelled waiter waited for the free")
+	}
+	close(img.freeing)
+	waitStatus(t, g, "idle", func(st Status) bool { return st.State == "idle" && !st.Freeing })
+}

@@ -263,7 +263,8 @@ func (g *GPU) holdStore() HoldStore {
 }
 
 // End releases the hold once; reason is released, expired or shutdown.
-// It reports whether this call ended it. A hold ended by shutdown stays in
+// It reports whether this call ended it; the GPU is given back after, in
+// the background. A hold ended by shutdown stays in
 // the hold store, to be taken again when Caddy starts within its ttl.
 func (h *Hold) End(reason string) bool {
 	g := h.g
@@ -285,10 +286,19 @@ func (h *Hold) End(reason string) bool {
 	if reason != "shutdown" && !h.Presence() {
 		h.forget()
 	}
-	if h.ready != nil {
-		<-h.ready
+	// The GPU is given back (a free, a warm-up) on the GPU's own
+	// goroutine: the caller (a DELETE, the presence watcher) returns at
+	// once. Once Close has begun, spawn refuses, and it is done here,
+	// where the context's end makes it quick.
+	release := func() {
+		if h.ready != nil {
+			<-h.ready
+		}
+		h.use.end()
 	}
-	h.use.end()
+	if !g.spawn(release) {
+		release()
+	}
 	return true
 }
 

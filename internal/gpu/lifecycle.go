@@ -35,7 +35,7 @@ func (g *GPU) acquireExclusive(ctx context.Context, kind lock.Kind) error {
 	done := g.wait(ctx, kind.State(), start)
 	err := g.afterStartUp(ctx)
 	if err == nil {
-		err = g.lock.AcquireExclusive(ctx, kind)
+		err = g.lockExclusive(ctx, kind)
 	}
 	done()
 	if err != nil {
@@ -43,6 +43,37 @@ func (g *GPU) acquireExclusive(ctx context.Context, kind lock.Kind) error {
 	}
 	g.metrics.Waited(kind.State(), time.Since(start))
 	return nil
+}
+
+// lockExclusive waits for the lock on a goroutine of the GPU's, until ctx
+// ends: a grant that comes as ctx ends is given back there, with the free
+// it may owe, while the caller returns at once.
+func (g *GPU) lockExclusive(ctx context.Context, kind lock.Kind) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithCancel(g.ctx)
+	defer cancel()
+	granted, left := make(chan error), make(chan struct{})
+	if !g.spawn(func() {
+		err := g.lock.AcquireExclusive(wctx, kind)
+		select {
+		case granted <- err:
+		case <-left:
+			if err == nil {
+				g.lock.ReleaseExclusive(false)
+			}
+		}
+	}) {
+		return g.ctx.Err() // closing
+	}
+	select {
+	case err := <-granted:
+		return err
+	case <-ctx.Done():
+		close(left)
+		return ctx.Err()
+	}
 }
 
 // afterStartUp waits until the start-up has settled who has the GPU
