@@ -145,8 +145,10 @@ func TestHoldEndDoesNotWaitForTheFree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	img.freeing = make(chan struct{}) // the frees from now on wait
-	g.owe(img) // the image engine loaded memory during the hold
+	// The frees from now on wait; the image engine loaded memory during
+	// the hold.
+	img.freeing = make(chan struct{})
+	g.owe(img)
 	ended := make(chan bool)
 	go func() { ended <- h.End("released") }()
 	select {
