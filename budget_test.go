@@ -315,12 +315,14 @@ func bareTurnstile(t testing.TB, s Settings) (*turnstile, *observer.ObservedLogs
 	ts.cfgp.Store(c)
 	core, logs := observer.New(zap.WarnLevel)
 	ts.logp.Store(zap.New(core))
-	if err := ts.lock.AcquireExclusive(context.Background(), lock.ExternalHold); err != nil {
+	if err := ts.GPU.Lock().AcquireExclusive(context.Background(), lock.ExternalHold); err != nil {
 		t.Fatal(err)
 	}
 	return ts, logs
 }
 
+// bodyRequest is an LLM request with body, sent chunked (no
+// Content-Length) or not.
 func bodyRequest(body []byte, chunked bool) *http.Request {
 	var rd io.Reader = bytes.NewReader(body)
 	if chunked {
@@ -331,96 +333,6 @@ func bodyRequest(body []byte, chunked bool) *http.Request {
 		r.ContentLength = -1
 	}
 	return r
-}
-
-// TestWaitBodyReadsBackAndGivesBack: the buffered body reads back whole,
-// is counted while it is held, and is given back once read, however it
-// was sent and whatever its size.
-func TestWaitBodyReadsBackAndGivesBack(t *testing.T) {
-	cases := []struct {
-		name    string
-		size    int
-		chunked bool
-		held    int64 // counted while waiting
-	}{
-		{"known size", 3000, false, 3000},
-		{"known size over the per-request limit", 40 << 10, false, 32 << 10},
-		{"chunked", 3000, true, 1<<10 + 2<<10},
-		{"chunked over several chunks", 20 << 10, true, 1<<10 + 2<<10 + 4<<10 + 8<<10 + 16<<10},
-		{"chunked over the per-request limit", 40 << 10, true, 32 << 10},
-		{"chunked empty", 0, true, 0},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			ts, _ := bareTurnstile(t, Settings{})
-			body := bytes.Repeat([]byte("0123456789abcdef"), tc.size/16+1)[:tc.size]
-			r := bodyRequest(body, tc.chunked)
-			ticket, err := ts.admitWait(httptest.NewRecorder(), r, ts.cfg(), 32<<10, time.Now().Add(time.Minute))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := ts.budget.bytes.Load(); got != tc.held {
-				t.Fatalf("%d bytes counted while waiting, want %d", got, tc.held)
-			}
-			ticket.stopWaiting()
-			got, err := io.ReadAll(r.Body)
-			if err != nil || !bytes.Equal(got, body) {
-				t.Fatalf("read back %d bytes (%v), want the %d sent", len(got), err, len(body))
-			}
-			if n := ts.budget.bytes.Load(); n != 0 {
-				t.Fatalf("%d bytes still counted after the body was read", n)
-			}
-			ticket.done()
-			if n, w := ts.budget.bytes.Load(), ts.budget.waiting.Load(); n != 0 || w != 0 {
-				t.Fatalf("after done: %d bytes, %d waiting", n, w)
-			}
-		})
-	}
-}
-
-// TestOverloadWarnsOncePerBurst: the first refusal of a burst is logged;
-// the next warning comes only after the budget has fallen below half.
-func TestOverloadWarnsOncePerBurst(t *testing.T) {
-	ts, logs := bareTurnstile(t, Settings{WaitBufferLimit: 12 << 10})
-	body := make([]byte, 4<<10)
-	burst := func() []*waitTicket {
-		var admitted []*waitTicket
-		for range 5 {
-			ticket, err := ts.admitWait(httptest.NewRecorder(), bodyRequest(body, false), ts.cfg(), waitBodyLimit, time.Now().Add(time.Minute))
-			if err == nil {
-				admitted = append(admitted, ticket)
-			}
-		}
-		if len(admitted) != 3 {
-			t.Fatalf("%d of 5 admitted with 4 KiB bodies and a 12 KiB limit, want 3", len(admitted))
-		}
-		return admitted
-	}
-	first := burst()
-	if n := logs.Len(); n != 1 {
-		t.Fatalf("%d warnings for a burst of 2 refusals, want 1", n)
-	}
-	first[0].done() // 8 KiB of 12 held: not below half, still quiet
-	again, err := ts.admitWait(httptest.NewRecorder(), bodyRequest(body, false), ts.cfg(), waitBodyLimit, time.Now().Add(time.Minute))
-	if err != nil {
-		t.Fatal(err) // fits again
-	}
-	if _, err := ts.admitWait(httptest.NewRecorder(), bodyRequest(body, false), ts.cfg(), waitBodyLimit, time.Now().Add(time.Minute)); err == nil {
-		t.Fatal("a fourth 4 KiB body fit in 12 KiB")
-	}
-	if n := logs.Len(); n != 1 {
-		t.Fatalf("%d warnings before the budget fell below half, want 1", n)
-	}
-	for _, ticket := range append(first[1:], again) { // everything drains
-		ticket.done()
-	}
-	burst()
-	if n := logs.Len(); n != 2 {
-		t.Fatalf("%d warnings after a second burst, want 2", n)
-	}
-	if msg := logs.All()[0]; msg.ContextMap()["limit"] != "wait_buffer_limit" {
-		t.Fatalf("warning %v does not name the limit", msg.ContextMap())
-	}
 }
 
 // TestWaitBudgetSettingsInJSON: JSON configs get the Caddyfile's checks,
@@ -483,7 +395,7 @@ func BenchmarkWaitingRequestMemory(b *testing.B) {
 				refused := 0
 				for {
 					changed := ts.GPU.Changed()
-					if ts.lock.Snapshot().SharedWaiting+refused == tc.n {
+					if ts.GPU.Lock().Snapshot().SharedWaiting+refused == tc.n {
 						break
 					}
 					select {
@@ -498,7 +410,7 @@ func BenchmarkWaitingRequestMemory(b *testing.B) {
 				heap = float64(heap1-heap0) / float64(waiting)
 				stack = float64(stack1-stack0) / float64(waiting)
 				admitted = float64(waiting)
-				ts.lock.ReleaseExclusive(false)
+				ts.GPU.Lock().ReleaseExclusive(false)
 				for range waiting {
 					if code := <-done; code != http.StatusOK {
 						b.Fatalf("a waiting request ended with %d", code)

@@ -142,7 +142,7 @@ func runChaos(t *testing.T, seed uint64, duration time.Duration) {
 	final := h.waitStatus("idle with zero counters after the run", func(s Status) bool {
 		return s.State == "idle" && s.LLMInflight == 0 && s.LLMWaiting == 0 && s.ImageWaiting == 0 &&
 			s.HoldWaiting == 0 && len(s.Holds) == 0 && !s.Warming && !s.Freeing && s.Job == nil &&
-			s.WaitBuffer.Bytes == 0 && h.ts().budget.waiting.Load() == 0
+			s.WaitBuffer.Bytes == 0 && h.ts().budget.Waiting() == 0
 	})
 	if peak := final.WaitBuffer.Peak; peak > waitBufferLimit {
 		t.Errorf("waiting requests held %d bytes of bodies at once, over wait_buffer_limit %d", peak, waitBufferLimit)

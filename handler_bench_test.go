@@ -41,7 +41,7 @@ var nopNext = caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) err
 // GPU is free: classify, take the shared lock, call next, release.
 func BenchmarkHandlerLLM(b *testing.B) {
 	h := benchHandler(b)
-	h.ts.lock.TryAcquireShared() // another request in flight: no idle<->llm transition
+	h.ts.TryLLM() // another request in flight: no idle<->llm transition
 	r := benchRequest("POST", "/api/chat")
 	w := httptest.NewRecorder()
 	b.ReportAllocs()
@@ -82,7 +82,7 @@ func llmInUseHandler(name string) *Handler {
 	c, _ := tcfg.Validate(Settings{Ollama: "http://127.0.0.1:1"})
 	ts := newTurnstile(name)
 	ts.cfgp.Store(c)
-	ts.lock.TryAcquireShared()
+	ts.TryLLM()
 	return &Handler{class: classAuto, ts: ts, guard: c.Routes}
 }
 

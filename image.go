@@ -8,25 +8,21 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/admit"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
 )
 
 // imageBodyLimit bounds how much of a /prompt body is read into memory
 // before it waits (workflows are JSON graphs, rarely over a few MiB);
-// within wait_buffer_limit, like LLM bodies (budget.go).
+// within wait_buffer_limit, like LLM bodies.
 const imageBodyLimit = 32 << 20
 
-// serveImage serves an image job: it takes the GPU alone, empties the LLM
-// engines, forwards the request, and keeps the GPU until the job has
-// ended: after the response until the job it queued has ended (ComfyUI),
-// or for the whole request, whose answer is the job's end (A1111).
+// serveImage serves an image job (gpu.RunImage): it takes the GPU alone,
+// and keeps it until the job has ended.
 func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	ts := h.ts
 	c := ts.cfg()
@@ -35,51 +31,47 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 		return h.serveWithoutEngine(w, r, next, c)
 	}
 	deadline := admit.Arrival(r).Add(c.ImageWait)
-	ticket, err := ts.admitWait(w, r, c, imageBodyLimit, deadline)
-	if errors.Is(err, admit.ErrLate) {
-		return ts.imageWaitedTooLong(w, r, c, e)
-	}
+	ticket, err := ts.budget.Admit(w, r, ts.limits(c, imageBodyLimit), deadline)
 	if err != nil {
-		return ts.refuseWait(w, r, c, err, e, deadline)
+		return ts.notAdmitted(w, r, c, e, err, deadline)
 	}
-	defer ticket.done()
-	start := time.Now()
-	ctx, cancel := context.WithDeadline(gpu.WithWaiter(r.Context(), waiterOf(r, ticket, false)), deadline)
-	job, err := ts.BeginImage(ctx, e.Name())
-	cancel()
-	ticket.stopWaiting()
-	if err != nil {
-		switch {
-		case errors.Is(err, gpu.ErrNoEngine):
-			return writeImageError(w, e, httpapi.Error{Status: http.StatusServiceUnavailable, Code: "gpu_busy",
-				Message: fmt.Sprintf("gpu_turnstile: %v; a config reload removed the engine while the job waited", err)})
-		case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
-			return ts.imageWaitedTooLong(w, r, c, e)
-		}
-		return clientGone("after waiting %v for the GPU", time.Since(start).Round(time.Millisecond))
-	}
-	// From here on every path ends the job, which gives the lock back.
-	c = ts.cfg()
-	if err := job.Prepare(); err != nil {
-		if jsonhttp.Refused(err) {
-			ts.log().Error("image engine not reachable as the job was readied; answered the client in its API's shape",
-				zap.String("engine", e.Name()), zap.Error(err))
-			return writeImageError(w, e, httpapi.EngineDown(false, e.Name(), e.Kind()))
-		}
+	defer ticket.Done()
+	_, err = ts.RunImage(gpu.WithWaiter(r.Context(), ticket.Waiter(r, false)), gpu.ImageRun{
+		Engine: e.Name(), Deadline: deadline, Waited: ticket.StopWaiting,
+		Forward: func(ctx context.Context, f *gpu.Forwarded) {
+			admit.Forward(ctx, w, r, next, f, ts.captureLimit(e))
+		},
+	})
+	return ts.answerImage(w, r, c, e, err)
+}
+
+// answerImage answers an image request as RunImage ended it.
+func (ts *turnstile) answerImage(w http.ResponseWriter, r *http.Request, c *config, e gpu.ImageEngine, err error) error {
+	var refused *gpu.RefusedError
+	switch {
+	case errors.Is(err, gpu.ErrNoEngine):
+		return writeImageError(w, e, httpapi.Error{Status: http.StatusServiceUnavailable, Code: "gpu_busy",
+			Message: fmt.Sprintf("gpu_turnstile: %v; a config reload removed the engine while the job waited", err)})
+	case errors.Is(err, gpu.ErrCancelledBeforeSent):
+		return writeImageError(w, e, httpapi.CancelledBeforeSent(e.Name()))
+	case errors.As(err, &refused) && jsonhttp.Refused(err):
+		ts.log().Error("image engine not reachable as the job was readied; answered the client in its API's shape",
+			zap.String("engine", e.Name()), zap.Error(err))
+		return writeImageError(w, e, httpapi.EngineDown(false, e.Name(), e.Kind()))
+	case refused != nil:
 		return writeImageError(w, e, httpapi.Error{Status: http.StatusServiceUnavailable, Code: "gpu_busy",
 			Message: fmt.Sprintf("gpu_turnstile: %v; image job refused so that the GPU is not shared", err)})
 	}
-	if r.Context().Err() != nil {
-		job.End("cancelled")
-		return clientGone("while the LLM engines were emptied")
-	}
-	if job.Submitting() != nil {
-		return writeImageError(w, e, httpapi.CancelledBeforeSent(e.Name()))
-	}
+	return ts.notAdmitted(w, r, c, e, err, time.Time{})
+}
+
+// captureLimit is how much of e's answer to a job is kept to read its
+// prompt_id: none for a synchronous engine, whose status is enough.
+func (ts *turnstile) captureLimit(e gpu.ImageEngine) int64 {
 	if e.Synchronous() {
-		return ts.serveSyncJob(w, r, next, c, job)
+		return 0
 	}
-	return ts.serveQueuedJob(w, r, next, c, job)
+	return ts.cfg().CaptureLimit
 }
 
 // imageWaitedTooLong answers an image job whose wait, its body's reading
@@ -94,44 +86,7 @@ func (ts *turnstile) imageWaitedTooLong(w http.ResponseWriter, r *http.Request, 
 	admit.CloseAfter(w, r)
 	return writeImageError(w, e, httpapi.Error{Status: http.StatusServiceUnavailable, Code: "gpu_busy", RetryAfter: retry,
 		Message: fmt.Sprintf("gpu_turnstile: waited %v (image_wait_timeout) for the GPU, busy (%s); nothing was sent to %s; retry after %ds",
-			c.ImageWait, ts.lock.State(), e.Name(), retry)})
-}
-
-// serveQueuedJob forwards a job to an engine that queues it (ComfyUI)
-// and, once its prompt_id is read, leaves the GPU to the job's watch.
-// The forward is detached from the client: if the client goes away once
-// ComfyUI has the prompt, ComfyUI queues the job anyway, and its
-// prompt_id must still be read so the GPU is held for it.
-func (ts *turnstile) serveQueuedJob(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, c *config, job *gpu.ImageJob) error {
-	e := job.Engine()
-	sctx, span := ts.startSubmit(r, e)
-	fctx, cancel := context.WithTimeout(sctx, c.GPU.JobTimeout)
-	defer cancel()
-	cw := newCaptureWriter(w, c.CaptureLimit)
-	returned := false
-	defer func() {
-		if !returned {
-			endAborted(job, span, cw)
-		}
-	}()
-	err := next.ServeHTTP(cw, r.WithContext(fctx))
-	returned = true
-	id, found := comfy.PromptID(cw.body)
-	queued := err == nil && cw.ok() && found
-	endSubmit(span, e, queued, id, cw.status, err)
-	if !queued {
-		outcome := "rejected"
-		if err != nil {
-			outcome = "failed"
-		}
-		job.End(outcome)
-		if log := ts.log(); log.Core().Enabled(zap.DebugLevel) {
-			log.Debug("image request ended without a job", zap.Int("status", cw.status), zap.Bool("prompt_id", found), zap.Error(err))
-		}
-		return err
-	}
-	job.Submitted(id)
-	return nil
+			c.ImageWait, ts.State(), e.Name(), retry)})
 }
 
 // serveWithoutEngine serves an image route of a kind the turnstile has no
@@ -149,68 +104,6 @@ func (h *Handler) serveWithoutEngine(w http.ResponseWriter, r *http.Request, nex
 // kind is LLM work: A1111's, when the turnstile has LLM engines.
 func (h *Handler) imageRouteIsLLM(c *config, r *http.Request) bool {
 	return h.class == classAuto && imageKind(cleanPath(r)) == "a1111" && len(c.GPU.LLMs) > 0
-}
-
-// serveSyncJob forwards a job whose answer comes at its end (A1111),
-// detached from the client: the engine runs the job to its end whether the
-// client stays or not, and the GPU is the job's until then. job_timeout
-// bounds it; past it, the job is interrupted.
-func (ts *turnstile) serveSyncJob(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, c *config, job *gpu.ImageJob) error {
-	sctx, span := ts.startSubmit(r, job.Engine())
-	fctx, cancel := context.WithTimeout(sctx, c.GPU.JobTimeout)
-	defer cancel()
-	rec := newCaptureWriter(w, 0) // for its status
-	returned := false
-	defer func() {
-		if !returned {
-			endAborted(job, span, rec)
-		}
-	}()
-	err := next.ServeHTTP(rec, r.WithContext(fctx))
-	returned = true
-	outcome := "success"
-	switch {
-	case fctx.Err() != nil:
-		outcome = "timeout"
-	case err != nil || rec.status >= 500:
-		outcome = "failed"
-	case rec.status >= 400:
-		outcome = "rejected"
-	}
-	endSyncSubmit(span, outcome, err)
-	job.Ran(outcome)
-	return err
-}
-
-// errAnswerCut is the error of a forward whose answer could not be copied
-// to the client.
-var errAnswerCut = errors.New("the engine's answer was cut short on its way to the client")
-
-// endAborted ends a job whose forward did not return: reverse_proxy
-// panics with http.ErrAbortHandler when the answer cannot be copied to
-// a client that has gone (the image of a long render, to a closed tab),
-// and the panic goes on up to Caddy after this. The engine has the work
-// all the same: a queued job whose prompt_id was read is held for, a
-// synchronous one (whose answer comes at its end, status 200 once done)
-// is drained; either way the GPU is given back once the engine is idle.
-func endAborted(job *gpu.ImageJob, span trace.Span, cw *captureWriter) {
-	e := job.Engine()
-	if e.Synchronous() {
-		outcome := "failed"
-		if cw.status == http.StatusOK {
-			outcome = "success" // made, if not delivered
-		}
-		endSyncSubmit(span, outcome, errAnswerCut)
-		job.Ran(outcome)
-		return
-	}
-	if id, found := comfy.PromptID(cw.body); found {
-		endSubmit(span, e, true, id, cw.status, nil)
-		job.Submitted(id)
-		return
-	}
-	endSubmit(span, e, false, "", cw.status, errAnswerCut)
-	job.End("failed")
 }
 
 // writeImageError answers err in the image engine's error shape.

@@ -1,8 +1,6 @@
 package turnstile
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -21,23 +19,14 @@ import (
 // what lets Go's server notice a client that goes away while waiting; a
 // larger body waits with its rest unread (llm_wait_timeout still bounds
 // the wait). What all waiting requests buffer together is bounded by
-// wait_buffer_limit (budget.go).
+// wait_buffer_limit (internal/admit).
 const waitBodyLimit = 8 << 20
-
-// statusClientClosed is the status Caddy logs for a client that went away.
-const statusClientClosed = 499
-
-// clientGone is the error for a request whose client went away; when, as
-// in "after waiting 2s for the GPU", is formatted from format and args.
-func clientGone(format string, args ...any) error {
-	return caddyhttp.Error(statusClientClosed, fmt.Errorf("gpu_turnstile: client went away "+format, args...))
-}
 
 // serveLLM serves a request that shares the GPU with other LLM requests.
 func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	ts := h.ts
 	// Fast path: the GPU is free for LLM use; no buffering, no allocation.
-	if ts.lock.TryAcquireShared() {
+	if ts.TryLLM() {
 		ts.metrics.waitLLM.Observe(0)
 		return ts.proxyLLM(w, r, next)
 	}
@@ -45,39 +34,22 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 		return h.serveDuringJob(w, r, next)
 	}
 	c := ts.cfg()
-	wait := c.LLMWait
-	if c.Reject {
-		// Right after start-up the GPU is held only while the engines
-		// are probed (is work queued? is memory held?); that is no reason
-		// to turn requests away, so they wait for the answer.
-		if !ts.Probing() {
-			ts.metrics.busyReject.Inc()
-			return ts.writeBusy(w, r, c, "reject")
-		}
-		wait = c.GPU.ProbeTimeout
+	wait, ok := ts.LLMWait(c.Reject, c.LLMWait)
+	if !ok {
+		ts.metrics.busyReject.Inc()
+		return ts.writeBusy(w, r, c, "")
 	}
 	// The wait counts from the request's arrival: a body that trickles
 	// in is waited for within it, not before it.
 	deadline := admit.Arrival(r).Add(wait)
-	ticket, err := ts.admitWait(w, r, c, waitBodyLimit, deadline)
-	if errors.Is(err, admit.ErrLate) {
-		return ts.waitedTooLong(w, r, c)
-	}
+	ticket, err := ts.budget.Admit(w, r, ts.limits(c, waitBodyLimit), deadline)
 	if err != nil {
-		return ts.refuseWait(w, r, c, err, nil, deadline)
+		return ts.notAdmitted(w, r, c, nil, err, deadline)
 	}
-	defer ticket.done()
-	start := time.Now()
-	ctx, cancel := context.WithDeadline(gpu.WithWaiter(r.Context(), waiterOf(r, ticket, true)), deadline)
-	err = ts.AcquireShared(ctx)
-	cancel()
-	ticket.stopWaiting()
-	waited := time.Since(start)
+	defer ticket.Done()
+	waited, err := ts.WaitLLM(gpu.WithWaiter(r.Context(), ticket.Waiter(r, true)), deadline, ticket.StopWaiting)
 	if err != nil {
-		if r.Context().Err() != nil {
-			return clientGone("after waiting %v for the GPU", waited.Round(time.Millisecond))
-		}
-		return ts.waitedTooLong(w, r, c)
+		return ts.notAdmitted(w, r, c, nil, err, deadline)
 	}
 	ts.metrics.waitLLM.Observe(waited.Seconds())
 	return ts.proxyLLM(w, r, next)
@@ -92,9 +64,9 @@ func (ts *turnstile) proxyLLM(w http.ResponseWriter, r *http.Request, next caddy
 	returned := false
 	defer func() {
 		if !returned {
-			ts.NoteLLMEnd(r.Context(), errAnswerCut)
+			ts.NoteLLMEnd(r.Context(), gpu.ErrAnswerCut)
 		}
-		ts.lock.ReleaseShared()
+		ts.ReleaseLLM()
 	}()
 	err := next.ServeHTTP(w, r)
 	returned = true
@@ -114,41 +86,20 @@ func (h *Handler) serveDuringJob(w http.ResponseWriter, r *http.Request, next ca
 	return nil
 }
 
-// waitedTooLong answers an LLM request whose wait, its body's reading
-// included, reached llm_wait_timeout, on a connection that then closes:
-// a body cut short leaves the rest of it unread.
-func (ts *turnstile) waitedTooLong(w http.ResponseWriter, r *http.Request, c *config) error {
-	ts.metrics.busyTimeout.Inc()
-	ts.log().Warn("LLM request waited llm_wait_timeout for the GPU; answered busy",
-		zap.Duration("llm_wait_timeout", c.LLMWait), zap.String("path", r.URL.Path))
-	admit.CloseAfter(w, r)
-	return ts.writeBusy(w, r, c, "timeout")
-}
-
 // writeBusy answers an LLM request that cannot have the GPU now, in the
-// error format of the API the client spoke, with Retry-After.
-func (ts *turnstile) writeBusy(w http.ResponseWriter, r *http.Request, c *config, reason string) error {
+// error format of the API the client spoke, with Retry-After; waited is
+// how long it waited ("" if it did not).
+func (ts *turnstile) writeBusy(w http.ResponseWriter, r *http.Request, c *config, waited string) error {
 	retry := retryAfterSeconds(ts.retryAfter(c))
-	state := ts.lock.State().String()
-	why := "an image job"
-	if state == "hold" {
-		why = "an external hold"
-	}
-	msg := fmt.Sprintf("gpu_turnstile: the GPU is busy with %s; retry after %ds", why, retry)
-	if reason == "timeout" {
-		msg = fmt.Sprintf("gpu_turnstile: waited %v for the GPU, busy with %s; retry after %ds", c.LLMWait, why, retry)
+	msg := fmt.Sprintf("gpu_turnstile: the GPU is busy with %s; retry after %ds", ts.BusyCause(), retry)
+	if waited != "" {
+		msg = fmt.Sprintf("gpu_turnstile: waited %s for the GPU, busy with %s; retry after %ds", waited, ts.BusyCause(), retry)
 	}
 	httpapi.Write(w, httpapi.ShapeOf(cleanPath(r), ""), httpapi.Error{Status: c.BusyStatus, Code: "gpu_busy", Message: msg, RetryAfter: retry})
 	return nil
 }
 
-// retryAfter is the Retry-After of a busy answer: busy_retry_after, or
-// with auto an estimate of when the GPU is free for LLM use, bounded by
-// busy_retry_after.
+// retryAfter is the Retry-After of a busy answer (gpu.RetryAfter).
 func (ts *turnstile) retryAfter(c *config) time.Duration {
-	if !c.BusyRetryAfterAuto {
-		return c.RetryAfter
-	}
-	wait := ts.EstimateWait(tcfg.DefaultBusyRetryAfter)
-	return min(max(wait, time.Second), c.RetryAfter)
+	return ts.GPU.RetryAfter(c.BusyRetryAfterAuto, c.RetryAfter, tcfg.DefaultBusyRetryAfter)
 }

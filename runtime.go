@@ -6,8 +6,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/admit"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
 )
 
 // turnstiles holds one runtime per turnstile name, process-wide. Each
@@ -22,19 +22,17 @@ var turnstiles = caddy.NewUsagePool()
 type turnstile struct {
 	*gpu.GPU
 	name    string
-	lock    *lock.Lock // the GPU's lock, for the LLM fast path
 	metrics *turnstileMetrics
 
 	cfgp atomic.Pointer[config]
 	logp atomic.Pointer[zap.Logger]
 
-	budget waitBudget // what waiting requests hold (budget.go)
+	budget admit.Budget // what waiting requests hold
 }
 
 func newTurnstile(name string) *turnstile {
 	m := newTurnstileMetrics(name)
 	ts := &turnstile{GPU: gpu.New(name, m), name: name, metrics: m}
-	ts.lock = ts.GPU.Lock()
 	ts.logp.Store(zap.NewNop())
 	ts.SetStatusView(func(g gpu.Status) any { return ts.statusOf(g) })
 	return ts

@@ -33,8 +33,9 @@ func (ts *turnstile) api() httpapi.Turnstile { return httpapi.Turnstile{GPU: ts.
 // Facts implements httpapi.Config.
 func (ts *turnstile) Facts() httpapi.Facts {
 	c := ts.cfg()
-	f := httpapi.Facts{WaitBuffer: ts.budget.status(c)}
+	f := httpapi.Facts{WaitBuffer: WaitBufferStatus{Bytes: ts.budget.Bytes(), Peak: ts.budget.Peak()}}
 	if c != nil {
+		f.WaitBuffer.Limit = c.WaitBuffer
 		f.WaitingLimit, f.Warnings = c.MaxWaiting, c.Routes.Warnings()
 	}
 	return f

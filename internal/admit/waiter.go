@@ -1,4 +1,4 @@
-package turnstile
+package admit
 
 import (
 	"bytes"
@@ -17,11 +17,12 @@ const modelScanLimit = 64 << 10
 // longer one is no model's name.
 const maxModelShown = 256
 
-// waiterOf is what the status shows of r while it waits for the GPU: its
+// Waiter is what the status shows of r while it waits for the GPU: its
 // path and, for LLM work, the model it names (?model=, or the top-level
 // "model" within the first 64 KiB of a JSON body, which is already in
-// memory for the wait). Nothing else of the body is kept.
-func waiterOf(r *http.Request, t *waitTicket, llm bool) gpu.Waiter {
+// memory for the wait). Nothing else of the body is kept. A nil ticket
+// has no body.
+func (t *Ticket) Waiter(r *http.Request, llm bool) gpu.Waiter {
 	w := gpu.Waiter{Path: r.URL.Path}
 	if !llm {
 		return w
@@ -39,7 +40,7 @@ func waiterOf(r *http.Request, t *waitTicket, llm bool) gpu.Waiter {
 // bodyModel returns the "model" a JSON body names at its top level within
 // its first modelScanLimit bytes; "" otherwise. It reads the top level
 // only up to that member, skipping the values before it.
-func bodyModel(wb *waitBody) string {
+func bodyModel(wb *body) string {
 	wb.mu.Lock()
 	var head []byte
 	if len(wb.chunks) == 1 || (len(wb.chunks) > 1 && len(wb.chunks[0]) >= modelScanLimit) {

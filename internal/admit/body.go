@@ -1,4 +1,4 @@
-package turnstile
+package admit
 
 import (
 	"errors"
@@ -9,20 +9,26 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/admit"
 )
 
-// readForWait reads up to limit bytes of r's body into memory and puts a
-// waitBody in its place: the buffered bytes, then whatever was left
-// unread. The bytes are reserved from the budget before they are read;
-// if the budget runs out part-way, what was reserved is given back and an
-// *overloadError returned.
-func (ts *turnstile) readForWait(r *http.Request, c *config, limit int64) (*waitBody, error) {
+// chunked bodies (no Content-Length) are read in chunks reserved one at a
+// time, growing from firstChunk to maxChunk.
+const (
+	firstChunk = 1 << 10
+	maxChunk   = 1 << 20
+)
+
+// readForWait reads up to lim.Body bytes of r's body into memory and puts
+// a body in its place: the buffered bytes, then whatever was left unread.
+// The bytes are reserved from the budget before they are read; if the
+// budget runs out part-way, what was reserved is given back and an
+// *OverloadError returned.
+func (b *Budget) readForWait(r *http.Request, lim Limits) (*body, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
-	wb := &waitBody{ts: ts, src: r.Body, limit: c.WaitBuffer}
+	wb := &body{b: b, src: r.Body, limit: lim.Buffer}
+	limit := min(lim.Body, lim.Buffer)
 	var err error
 	if r.ContentLength > 0 {
 		err = wb.readKnown(r.ContentLength, limit)
@@ -31,11 +37,8 @@ func (ts *turnstile) readForWait(r *http.Request, c *config, limit int64) (*wait
 	}
 	if err != nil {
 		wb.release()
-		var o *overloadError
-		if errors.As(err, &o) {
-			err := ts.overload(c, o.option)
-			err.started = len(wb.chunks) > 0
-			return nil, err
+		if errors.Is(err, errBudget) {
+			return nil, b.overload(lim, "wait_buffer_limit", len(wb.chunks) > 0)
 		}
 		return nil, bodyReadError(err)
 	}
@@ -50,29 +53,30 @@ func (ts *turnstile) readForWait(r *http.Request, c *config, limit int64) (*wait
 }
 
 // readBy is readForWait bounded by deadline: the body is read in a
-// goroutine of its own, and at the deadline the read is cut (admit.Read),
-// what it reserved given back, and admit.ErrLate returned.
-func (ts *turnstile) readBy(w http.ResponseWriter, r *http.Request, c *config, limit int64, deadline time.Time) (*waitBody, error) {
+// goroutine of its own, and at the deadline the read is cut (Read), what
+// it reserved given back, and ErrLate returned.
+func (b *Budget) readBy(w http.ResponseWriter, r *http.Request, lim Limits, deadline time.Time) (*body, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
-	var wb *waitBody
-	err := admit.Read(deadline, func() (err error) {
-		wb, err = ts.readForWait(r, c, limit)
+	var wb *body
+	err := Read(deadline, func() (err error) {
+		wb, err = b.readForWait(r, lim)
 		return err
-	}, admit.Cutter(w))
-	if errors.Is(err, admit.ErrLate) && wb != nil {
+	}, Cutter(w))
+	if errors.Is(err, ErrLate) && wb != nil {
 		wb.release() // read in full, but too late
 		wb = nil
 	}
 	return wb, err
 }
 
-var errBudget = &overloadError{option: "wait_buffer_limit"}
+// errBudget is a read that found the budget spent.
+var errBudget = errors.New("wait_buffer_limit reached")
 
 // readKnown reads a body whose size is known: one reservation, one
 // allocation.
-func (wb *waitBody) readKnown(size, limit int64) error {
+func (wb *body) readKnown(size, limit int64) error {
 	n := min(size, limit)
 	if !wb.reserve(n) {
 		return errBudget
@@ -102,7 +106,7 @@ func (wb *waitBody) readKnown(size, limit int64) error {
 // readChunked reads a body of unknown length a chunk at a time, each
 // reserved before it is allocated, so that it never holds memory the
 // budget did not grant. Chunks grow from firstChunk to maxChunk.
-func (wb *waitBody) readChunked(limit int64) error {
+func (wb *body) readChunked(limit int64) error {
 	size := int64(firstChunk)
 	for total := int64(0); total < limit; size = min(size*2, maxChunk) {
 		n := min(size, limit-total)
@@ -157,12 +161,12 @@ func bodyReadError(err error) error {
 	return caddyhttp.Error(http.StatusBadRequest, fmt.Errorf("gpu_turnstile: reading request body: %w", err))
 }
 
-// waitBody is a request body read into memory before the request waits,
+// body is a request body read into memory before the request waits,
 // followed by the rest of the original body if that was not read to its
 // end. Its bytes are given back to the budget once they have been read
 // (the upstream has them) or release is called, whichever comes first.
-type waitBody struct {
-	ts       *turnstile
+type body struct {
+	b        *Budget
 	src      io.ReadCloser // the original body
 	limit    int64         // wait_buffer_limit
 	complete bool          // src was read to its end
@@ -172,8 +176,8 @@ type waitBody struct {
 	held   int64    // bytes reserved from the budget and not given back
 }
 
-func (wb *waitBody) reserve(n int64) bool {
-	if !wb.ts.budget.reserve(n, wb.limit) {
+func (wb *body) reserve(n int64) bool {
+	if !wb.b.reserve(n, wb.limit) {
 		return false
 	}
 	wb.mu.Lock()
@@ -182,30 +186,30 @@ func (wb *waitBody) reserve(n int64) bool {
 	return true
 }
 
-func (wb *waitBody) unreserve(n int64) {
+func (wb *body) unreserve(n int64) {
 	wb.mu.Lock()
 	wb.held -= n
 	wb.mu.Unlock()
-	wb.ts.budget.give(n, wb.limit)
+	wb.b.give(n, wb.limit)
 }
 
 // release gives the reserved bytes back; the buffered data stays readable.
-func (wb *waitBody) release() {
+func (wb *body) release() {
 	wb.mu.Lock()
 	wb.releaseLocked()
 	wb.mu.Unlock()
 }
 
-func (wb *waitBody) releaseLocked() {
+func (wb *body) releaseLocked() {
 	if wb.held > 0 {
-		wb.ts.budget.give(wb.held, wb.limit)
+		wb.b.give(wb.held, wb.limit)
 		wb.held = 0
 	}
 }
 
 // Read serves the buffered bytes, dropping each chunk once it is read,
 // then the rest of the original body.
-func (wb *waitBody) Read(p []byte) (int, error) {
+func (wb *body) Read(p []byte) (int, error) {
 	wb.mu.Lock()
 	for len(wb.chunks) > 0 {
 		c := wb.chunks[0]
@@ -234,4 +238,4 @@ func (wb *waitBody) Read(p []byte) (int, error) {
 }
 
 // Close closes the original body.
-func (wb *waitBody) Close() error { return wb.src.Close() }
+func (wb *body) Close() error { return wb.src.Close() }
