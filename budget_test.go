@@ -321,18 +321,12 @@ func bareTurnstile(t testing.TB, s Settings) (*turnstile, *observer.ObservedLogs
 	return ts, logs
 }
 
-// bodyRequest is an LLM request with body, sent chunked (no
-// Content-Length) or not.
+// bodyRequest is an LLM request with body, of unknown length if chunked.
 func bodyRequest(body []byte, chunked bool) *http.Request {
-	var rd io.Reader = bytes.NewReader(body)
 	if chunked {
-		rd = io.MultiReader(rd)
+		return httptest.NewRequest("POST", "/api/chat", struct{ io.Reader }{bytes.NewReader(body)})
 	}
-	r := httptest.NewRequest("POST", "/api/chat", rd)
-	if chunked {
-		r.ContentLength = -1
-	}
-	return r
+	return httptest.NewRequest("POST", "/api/chat", bytes.NewReader(body))
 }
 
 // TestWaitBudgetSettingsInJSON: JSON configs get the Caddyfile's checks,

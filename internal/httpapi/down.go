@@ -1,0 +1,53 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+)
+
+// ForwardFailed returns the error of a forward that failed before anything
+// was sent: reverse_proxy's 502, 503 or 504 (the engine could not be
+// reached or did not answer in time). ok is false for any other error.
+//
+// reverse_proxy returns an error only before it has written anything:
+// once the engine's answer has begun, a failure aborts the handler with
+// http.ErrAbortHandler instead. Caddy's own error handling relies on that
+// too when it writes the error's status, so no writer is wrapped to find
+// out, which keeps the fast path as it was.
+func ForwardFailed(err error) (he caddyhttp.HandlerError, ok bool) {
+	if !errors.As(err, &he) {
+		return he, false
+	}
+	switch he.StatusCode {
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return he, true
+	}
+	return he, false
+}
+
+// WriteEngineDown answers a request whose forward failed with he
+// (ForwardFailed) in the error shape of its route (path, its clean path)
+// or of its engine's kind, naming the engine (name, "" if not known); the
+// address reverse_proxy tried goes to log.
+func WriteEngineDown(w http.ResponseWriter, r *http.Request, path string, he caddyhttp.HandlerError, name, kind string, log *zap.Logger) {
+	down := EngineDown(he.StatusCode == http.StatusGatewayTimeout, name, kind)
+	log.Error("engine not reachable through reverse_proxy; answered the client in its API's shape",
+		zap.String("engine", name), zap.String("upstream", Upstream(r)), zap.String("path", r.URL.Path),
+		zap.Int("status", down.Status), zap.Error(he.Err))
+	Write(w, ShapeOf(path, kind), down)
+}
+
+// Upstream is the upstream ("host:port") reverse_proxy dialled for r, or
+// "".
+func Upstream(r *http.Request) string {
+	repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if !ok {
+		return ""
+	}
+	s, _ := repl.GetString("http.reverse_proxy.upstream.hostport")
+	return s
+}
