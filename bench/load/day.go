@@ -55,76 +55,97 @@ type dayStats struct {
 // simulate serves the events in order on one GPU: image jobs have priority
 // over waiting LLM requests (both policies), one thing at a time.
 func simulate(ev []dayEvent, batch bool) dayStats {
-	var st dayStats
-	var now time.Duration
-	ollamaLoaded, comfyLoaded := true, false
-	owner := "llm"
+	d := &day{batch: batch, ollamaLoaded: true, owner: "llm"}
 	pending := append([]dayEvent(nil), ev...)
 	for len(pending) > 0 {
-		// The next event to serve: the first arrived image job if any has
-		// arrived by now, else the earliest event.
-		next := 0
-		for i, e := range pending {
-			if e.at > now && i > 0 {
-				break
-			}
-			if e.image {
-				next = i
-				break
-			}
-		}
+		next := nextEvent(pending, d.now)
 		e := pending[next]
 		pending = append(pending[:next], pending[next+1:]...)
-		if e.at > now {
-			now = e.at
+		if e.at > d.now {
+			d.now = e.at
 		}
 		if e.image {
-			if owner != "image" {
-				st.switches++
-				owner = "image"
-			}
-			if ollamaLoaded {
-				now += costOllamaUnld
-				st.switching += costOllamaUnld
-				ollamaLoaded = false
-			}
-			if !comfyLoaded {
-				now += costComfyLoad
-				st.switching += costComfyLoad
-				st.coldComfy++
-				comfyLoaded = true
-			}
-			now += e.dur
-			moreImages := len(pending) > 0 && pending[0].image && pending[0].at <= now
-			if !batch || !moreImages {
-				// Free, then warm the LLM again.
-				now += costComfyFree
-				st.switching += costComfyFree
-				st.frees++
-				comfyLoaded = false
-				now += costOllamaLoad
-				st.switching += costOllamaLoad
-				st.warmups++
-				ollamaLoaded = true
-				owner = "llm"
-				st.switches++
-			}
-			continue
+			d.image(e, pending)
+		} else {
+			d.llm(e)
 		}
-		if owner != "llm" {
-			st.switches++
-			owner = "llm"
-		}
-		st.llmWait += now - e.at
-		if !ollamaLoaded {
-			now += costOllamaLoad
-			st.switching += costOllamaLoad
-			st.coldLLM++
-			ollamaLoaded = true
-		}
-		now += e.dur
 	}
-	return st
+	return d.st
+}
+
+// day is the simulated GPU's state as the events are served.
+type day struct {
+	batch                     bool // ours: a batch keeps the GPU
+	st                        dayStats
+	now                       time.Duration
+	ollamaLoaded, comfyLoaded bool
+	owner                     string // "llm" or "image"
+}
+
+// nextEvent is the index of the next event to serve: the first arrived
+// image job if any has arrived by now, else the earliest event.
+func nextEvent(pending []dayEvent, now time.Duration) int {
+	for i, e := range pending {
+		if e.at > now && i > 0 {
+			break
+		}
+		if e.image {
+			return i
+		}
+	}
+	return 0
+}
+
+// spend advances the clock by a switching cost.
+func (d *day) spend(cost time.Duration) {
+	d.now += cost
+	d.st.switching += cost
+}
+
+// image serves an image job; pending are the events still to serve.
+func (d *day) image(e dayEvent, pending []dayEvent) {
+	if d.owner != "image" {
+		d.st.switches++
+		d.owner = "image"
+	}
+	if d.ollamaLoaded {
+		d.spend(costOllamaUnld)
+		d.ollamaLoaded = false
+	}
+	if !d.comfyLoaded {
+		d.spend(costComfyLoad)
+		d.st.coldComfy++
+		d.comfyLoaded = true
+	}
+	d.now += e.dur
+	moreImages := len(pending) > 0 && pending[0].image && pending[0].at <= d.now
+	if d.batch && moreImages {
+		return
+	}
+	// Free, then warm the LLM again.
+	d.spend(costComfyFree)
+	d.st.frees++
+	d.comfyLoaded = false
+	d.spend(costOllamaLoad)
+	d.st.warmups++
+	d.ollamaLoaded = true
+	d.owner = "llm"
+	d.st.switches++
+}
+
+// llm serves an LLM request.
+func (d *day) llm(e dayEvent) {
+	if d.owner != "llm" {
+		d.st.switches++
+		d.owner = "llm"
+	}
+	d.st.llmWait += d.now - e.at
+	if !d.ollamaLoaded {
+		d.spend(costOllamaLoad)
+		d.st.coldLLM++
+		d.ollamaLoaded = true
+	}
+	d.now += e.dur
 }
 
 func runDay(args []string) error {

@@ -45,13 +45,10 @@ func runScale(args []string) error {
 		return err
 	}
 	time.Sleep(300 * time.Millisecond)
-	resp, err := http.Post(admin+"/gpu_turnstile/holds", "application/json", strings.NewReader(`{"owner":"bench","ttl":"10m"}`))
-	if err != nil || resp.StatusCode != http.StatusCreated {
-		return fmt.Errorf("hold: %v %v", resp, err)
+	holdID, err := takeBenchHold(admin)
+	if err != nil {
+		return err
 	}
-	var hold struct{ ID string }
-	json.NewDecoder(resp.Body).Decode(&hold)
-	resp.Body.Close()
 
 	runtime.GC()
 	rss0 := rss()
@@ -60,11 +57,41 @@ func runScale(args []string) error {
 	if err := child.Start(); err != nil {
 		return err
 	}
+	st, err := waitQueued(llm, admin, *n, rss0)
+	if err != nil {
+		return err
+	}
+	if err := releaseAndForward(oll, admin, holdID, st.LLMWaiting); err != nil {
+		return err
+	}
+	if err := child.Wait(); err != nil {
+		return fmt.Errorf("clients: %v", err)
+	}
+	return nil
+}
+
+// takeBenchHold takes a hold of the GPU through the admin API and returns
+// its id.
+func takeBenchHold(admin string) (string, error) {
+	resp, err := http.Post(admin+"/gpu_turnstile/holds", "application/json", strings.NewReader(`{"owner":"bench","ttl":"10m"}`))
+	if err != nil || resp.StatusCode != http.StatusCreated {
+		return "", fmt.Errorf("hold: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	var hold struct{ ID string }
+	json.NewDecoder(resp.Body).Decode(&hold)
+	return hold.ID, nil
+}
+
+// waitQueued waits until each of the n requests waits or was answered
+// busy, then prints what the waiting costs this process, whose RSS was
+// rss0 before the clients came.
+func waitQueued(llm, admin string, n int, rss0 int64) (scaleStatus, error) {
 	start := time.Now()
 	var st scaleStatus
-	for st = status(llm); st.LLMWaiting+busyAnswers(admin) < *n; st = status(llm) {
+	for st = status(llm); st.LLMWaiting+busyAnswers(admin) < n; st = status(llm) {
 		if time.Since(start) > 2*time.Minute {
-			return fmt.Errorf("only %d of %d requests waiting or answered after 2 minutes", st.LLMWaiting+busyAnswers(admin), *n)
+			return st, fmt.Errorf("only %d of %d requests waiting or answered after 2 minutes", st.LLMWaiting+busyAnswers(admin), n)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -75,14 +102,19 @@ func runScale(args []string) error {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	waitingN := st.LLMWaiting
-	fmt.Printf("%d LLM requests: %d waiting behind a hold, %d answered busy (settled in %v)\n", *n, waitingN, *n-waitingN, queued.Round(time.Millisecond))
+	fmt.Printf("%d LLM requests: %d waiting behind a hold, %d answered busy (settled in %v)\n", n, waitingN, n-waitingN, queued.Round(time.Millisecond))
 	fmt.Printf("  process RSS %d MiB -> %d MiB: %.1f KiB per waiting request (Go stacks in use: %d MiB, heap in use: %d MiB)\n",
 		rss0>>20, rss1>>20, float64(rss1-rss0)/1024/float64(waitingN), ms.StackInuse>>20, ms.HeapInuse>>20)
 	fmt.Printf("  wait buffer: %s of %s held, peak %s\n", humanize.IBytes(uint64(st.WaitBuffer.Bytes)),
 		humanize.IBytes(uint64(st.WaitBuffer.Limit)), humanize.IBytes(uint64(st.WaitBuffer.Peak)))
+	return st, nil
+}
 
+// releaseAndForward ends the hold and waits until the waiting requests
+// have reached Ollama.
+func releaseAndForward(oll *ollamatest.Server, admin, holdID string, waitingN int) error {
 	before := oll.Requests()
-	req, _ := http.NewRequest(http.MethodDelete, admin+"/gpu_turnstile/holds/"+hold.ID, nil)
+	req, _ := http.NewRequest(http.MethodDelete, admin+"/gpu_turnstile/holds/"+holdID, nil)
 	released := time.Now()
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
 		return fmt.Errorf("release: %v %v", resp, err)
@@ -94,9 +126,6 @@ func runScale(args []string) error {
 		time.Sleep(time.Millisecond)
 	}
 	fmt.Printf("  all %d forwarded to Ollama %v after the release\n", waitingN, time.Since(released).Round(time.Millisecond))
-	if err := child.Wait(); err != nil {
-		return fmt.Errorf("clients: %v", err)
-	}
 	return nil
 }
 

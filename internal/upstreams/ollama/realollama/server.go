@@ -131,12 +131,20 @@ func Start(ctx context.Context, bin, dir string, opts Options) (*Server, error) 
 			return nil, err
 		}
 	}
-	logf, err := os.OpenFile(s.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
+	if err := s.launch(bin, s.env(home, opts)); err != nil {
 		return nil, err
 	}
-	defer logf.Close()
+	base, _ := url.Parse(s.URL)
+	s.Client = api.NewClient(base, http.DefaultClient)
+	if err := s.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
 
+// env is the server's environment: this process's, less its OLLAMA_
+// settings and HOME, with the server's own and opts'.
+func (s *Server) env(home string, opts Options) []string {
 	env := []string{}
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "OLLAMA_") && !strings.HasPrefix(kv, "HOME=") {
@@ -147,24 +155,35 @@ func Start(ctx context.Context, bin, dir string, opts Options) (*Server, error) 
 	if opts.NumParallel > 0 {
 		env = append(env, "OLLAMA_NUM_PARALLEL="+strconv.Itoa(opts.NumParallel))
 	}
-	env = append(env, opts.Env...)
+	return append(env, opts.Env...)
+}
 
+// launch starts `bin serve` with env, its output appended to the log;
+// exited is closed once it has exited.
+func (s *Server) launch(bin string, env []string) error {
+	logf, err := os.OpenFile(s.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
 	s.cmd = exec.Command(bin, "serve")
 	s.cmd.Env = env
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s serve: %w", bin, err)
+		return fmt.Errorf("start %s serve: %w", bin, err)
 	}
 	go func() {
 		s.cmd.Wait()
 		close(s.exited)
 	}()
-	base, _ := url.Parse(s.URL)
-	s.Client = api.NewClient(base, http.DefaultClient)
+	return nil
+}
 
-	// Wait until it answers and has finished looking for GPUs: it starts
-	// a short-lived runner for that just after it begins to listen, and
-	// logs "inference compute" when done.
+// waitReady waits until the server answers and has finished looking for
+// GPUs: it starts a short-lived runner for that just after it begins to
+// listen, and logs "inference compute" when done. A server not ready is
+// stopped.
+func (s *Server) waitReady(ctx context.Context) error {
 	deadline := time.After(30 * time.Second)
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
@@ -176,23 +195,23 @@ func Start(ctx context.Context, bin, dir string, opts Options) (*Server, error) 
 		}
 		select {
 		case <-s.exited:
-			return nil, fmt.Errorf("ollama serve exited at start: %v\n%s", s.cmd.ProcessState, s.LogTail(4000))
+			return fmt.Errorf("ollama serve exited at start: %v\n%s", s.cmd.ProcessState, s.LogTail(4000))
 		case <-deadline:
 			s.Close()
-			return nil, fmt.Errorf("ollama serve not ready within 30s\n%s", s.LogTail(4000))
+			return fmt.Errorf("ollama serve not ready within 30s\n%s", s.LogTail(4000))
 		case <-ctx.Done():
 			s.Close()
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-tick.C:
 		}
 	}
 	for _, p := range s.Runners() {
 		if !WaitGone(p.PID, 30*time.Second) {
 			s.Close()
-			return nil, fmt.Errorf("ollama's GPU discovery runner %v still runs after 30s", p)
+			return fmt.Errorf("ollama's GPU discovery runner %v still runs after 30s", p)
 		}
 	}
-	return s, nil
+	return nil
 }
 
 func (s *Server) logContains(substr string) bool {
