@@ -30,10 +30,10 @@ import (
 // Effects performs the side effects the lock orders. The lock calls them
 // without holding its mutex, except Transition.
 type Effects interface {
-	// Free empties ComfyUI (its models and cache) before the GPU leaves
-	// exclusive use. It is called by the goroutine that released the lock,
-	// while the lock still counts as exclusive, and must return within its
-	// own deadline: the lock waits for it.
+	// Free empties the image engines (their models and caches) before the
+	// GPU leaves exclusive use. It is called by the goroutine that
+	// released the lock, while the lock still counts as exclusive, and must
+	// return within its own deadline: the lock waits for it.
 	Free()
 	// Transition reports a change of state. It is called with the lock's
 	// mutex held, so it must be quick and must not call the lock.
@@ -76,7 +76,7 @@ type Lock struct {
 	shared   int   // shared holders
 	excl     State // the exclusive holder's state (Image or Hold), or Idle for none
 	freeing  bool  // a Free is running for the last exclusive holder
-	owesFree bool  // ComfyUI may still hold a previous image job's models
+	owesFree bool  // an image engine may still hold a previous image job's models
 	streak   int   // exclusive grants in a row while shared waiters waited
 
 	// exclQ holds the exclusive waiters: the presence holds first, then the
@@ -181,7 +181,7 @@ func (l *Lock) ReleaseShared() {
 // the image jobs and external holds that wait, and is not held back by
 // the streak bound (see Options). On ctx's end it returns ctx.Err() and
 // holds nothing. A context already done gets nothing, even when the lock
-// is free: Ollama must not be emptied for a client that has gone.
+// is free: the LLM engines must not be emptied for a client that has gone.
 func (l *Lock) AcquireExclusive(ctx context.Context, kind Kind) error {
 	if !kind.valid() {
 		panic("lock: exclusive kind must be ImageJob, ExternalHold or PresenceHold")
@@ -245,13 +245,13 @@ func (l *Lock) TryAcquireExclusive(kind Kind) bool {
 }
 
 // ReleaseExclusive gives back the exclusive hold. jobRan says whether this
-// holder left models in ComfyUI (an image job ran), which adds to the debt
-// it may have inherited. If another exclusive waiter is queued, the lock
-// and the debt pass straight to the first of them and ReleaseExclusive
-// returns true, unless the streak bound gives the shared waiters a turn
-// first (never ahead of a presence hold). Otherwise the debt is paid with
-// Effects.Free in this goroutine, then the waiting shared holders are
-// admitted, and it returns false.
+// holder left models in an image engine (an image job ran), which adds to
+// the debt it may have inherited. If another exclusive waiter is queued,
+// the lock and the debt pass straight to the first of them and
+// ReleaseExclusive returns true, unless the streak bound gives the shared
+// waiters a turn first (never ahead of a presence hold). Otherwise the
+// debt is paid with Effects.Free in this goroutine, then the waiting
+// shared holders are admitted, and it returns false.
 func (l *Lock) ReleaseExclusive(jobRan bool) (handedOver bool) {
 	l.mu.Lock()
 	if l.excl == Idle || l.freeing {
@@ -292,15 +292,17 @@ func (l *Lock) ReleaseExclusive(jobRan bool) (handedOver bool) {
 	return false
 }
 
-// OwesFree reports whether ComfyUI may still hold a previous job's models.
+// OwesFree reports whether an image engine may still hold a previous
+// job's models.
 func (l *Lock) OwesFree() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.owesFree
 }
 
-// Paid tells the lock that the exclusive holder has freed ComfyUI itself
-// (an external hold does on entry), so the debt is settled.
+// Paid tells the lock that the exclusive holder has freed the image
+// engines itself (an external hold does on entry), so the debt is
+// settled.
 func (l *Lock) Paid() {
 	l.mu.Lock()
 	l.owesFree = false

@@ -482,7 +482,7 @@ func TestPresenceHoldGoesFirst(t *testing.T) {
 	}
 	mustNotBeDone(t, img1, "first image job during the presence hold")
 	mustNotBeDone(t, img2, "second image job during the presence hold")
-	l.Paid() // a hold frees ComfyUI on entry
+	l.Paid() // a hold frees the image engines on entry
 
 	if !l.ReleaseExclusive(false) {
 		t.Fatal("the presence hold's release did not hand over")
@@ -702,8 +702,9 @@ func TestPresenceGrantCountsInTheStreak(t *testing.T) {
 }
 
 // The debt passes to a presence hold like to any exclusive holder: no free
-// between the image job and the hold, which settles it by freeing ComfyUI
-// itself, or else has it freed at its release before the shared turn.
+// between the image job and the hold, which settles it by freeing the
+// image engines itself, or else has it freed at its release before the
+// shared turn.
 func TestHandOverToPresenceHoldCarriesTheDebt(t *testing.T) {
 	for _, paid := range []bool{true, false} {
 		t.Run(fmt.Sprintf("paid=%v", paid), func(t *testing.T) {

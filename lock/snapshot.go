@@ -9,7 +9,7 @@ type Snapshot struct {
 	HoldWaiting     int  // queued hold waiters, external and presence (both are state Hold)
 	PresenceWaiting int  // the presence holds among HoldWaiting
 	Freeing         bool // the last exclusive holder's free is running
-	OwesFree        bool // ComfyUI may still hold a previous job's models
+	OwesFree        bool // an image engine may still hold a previous job's models
 	Streak          int  // exclusive grants in a row while shared waiters waited
 	// SharedWaits is set when a new shared holder would have to wait (an
 	// exclusive holder, waiter or free): TryAcquireShared's own rule.
