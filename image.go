@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/admit"
+	tcfg "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
@@ -101,9 +102,10 @@ func (h *Handler) serveWithoutEngine(w http.ResponseWriter, r *http.Request, nex
 }
 
 // imageRouteIsLLM reports whether an image route with no engine of its
-// kind is LLM work: A1111's, when the turnstile has LLM engines.
+// kind is LLM work: one an LLM kind serves (A1111's, on llama-swap), when
+// the turnstile has LLM engines.
 func (h *Handler) imageRouteIsLLM(c *config, r *http.Request) bool {
-	return h.class == classAuto && imageKind(cleanPath(r)) == "a1111" && len(c.GPU.LLMs) > 0
+	return h.class == classAuto && tcfg.Routes.ServedAsLLM(cleanPath(r)) && len(c.GPU.LLMs) > 0
 }
 
 // writeImageError answers err in the image engine's error shape.

@@ -201,3 +201,13 @@ func TestEngineRoutesClassify(t *testing.T) {
 		}
 	}
 }
+
+// The job routes an LLM kind serves are known as LLM work (A1111's, which
+// llama-swap serves); ComfyUI's are not.
+func TestServedAsLLM(t *testing.T) {
+	for p, want := range map[string]bool{"/sdapi/v1/txt2img": true, "/prompt": false, "/api/chat": false} {
+		if got := Routes.ServedAsLLM(p); got != want {
+			t.Errorf("%s: %v, want %v", p, got, want)
+		}
+	}
+}

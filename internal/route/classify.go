@@ -153,6 +153,22 @@ func hasModelQuery(q string) bool {
 	return v.Get("model") != ""
 }
 
+// ServedAsLLM reports whether the cleaned path p is the job route of an
+// image kind that an LLM kind serves as LLM work (llama-swap serves
+// A1111's).
+func (t *Table) ServedAsLLM(p string) bool {
+	k := t.ImageKind(p)
+	if k == "" {
+		return false
+	}
+	for _, served := range t.serves {
+		if served == k {
+			return true
+		}
+	}
+	return false
+}
+
 // EngineRoutes is the kind of engine whose routes a handler guards
 // (engine_routes); the zero value guards every engine's.
 type EngineRoutes struct {
