@@ -3,7 +3,6 @@ package turnstile
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	tcfg "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
 )
 
@@ -51,8 +51,7 @@ func (ts *turnstile) answerImage(w http.ResponseWriter, r *http.Request, c *conf
 	var refused *gpu.RefusedError
 	switch {
 	case errors.Is(err, gpu.ErrNoEngine):
-		return writeImageError(w, e, httpapi.Error{Status: http.StatusServiceUnavailable, Code: "gpu_busy",
-			Message: fmt.Sprintf("gpu_turnstile: %v; a config reload removed the engine while the job waited", err)})
+		return writeImageError(w, e, httpapi.JobRefused(err, true))
 	case errors.Is(err, gpu.ErrCancelledBeforeSent):
 		return writeImageError(w, e, httpapi.CancelledBeforeSent(e.Name()))
 	case errors.As(err, &refused) && jsonhttp.Refused(err):
@@ -60,8 +59,7 @@ func (ts *turnstile) answerImage(w http.ResponseWriter, r *http.Request, c *conf
 			zap.String("engine", e.Name()), zap.Error(err))
 		return writeImageError(w, e, httpapi.EngineDown(false, e.Name(), e.Kind()))
 	case refused != nil:
-		return writeImageError(w, e, httpapi.Error{Status: http.StatusServiceUnavailable, Code: "gpu_busy",
-			Message: fmt.Sprintf("gpu_turnstile: %v; image job refused so that the GPU is not shared", err)})
+		return writeImageError(w, e, httpapi.JobRefused(err, false))
 	}
 	return ts.notAdmitted(w, r, c, e, err, time.Time{})
 }
@@ -73,21 +71,6 @@ func (ts *turnstile) captureLimit(e gpu.ImageEngine) int64 {
 		return 0
 	}
 	return ts.cfg().CaptureLimit
-}
-
-// imageWaitedTooLong answers an image job whose wait, its body's reading
-// included, reached image_wait_timeout: 503 in the engine's error shape
-// with Retry-After, on a connection that then closes. Nothing was sent to
-// the engine.
-func (ts *turnstile) imageWaitedTooLong(w http.ResponseWriter, r *http.Request, c *config, e gpu.ImageEngine) error {
-	ts.metrics.busyTimeout.Inc()
-	ts.log().Warn("image job waited image_wait_timeout for the GPU; answered busy",
-		zap.Duration("image_wait_timeout", c.ImageWait), zap.String("engine", e.Name()), zap.String("path", r.URL.Path))
-	retry := retryAfterSeconds(ts.retryAfter(c))
-	admit.CloseAfter(w, r)
-	return writeImageError(w, e, httpapi.Error{Status: http.StatusServiceUnavailable, Code: "gpu_busy", RetryAfter: retry,
-		Message: fmt.Sprintf("gpu_turnstile: waited %v (image_wait_timeout) for the GPU, busy (%s); nothing was sent to %s; retry after %ds",
-			c.ImageWait, ts.State(), e.Name(), retry)})
 }
 
 // serveWithoutEngine serves an image route of a kind the turnstile has no
@@ -114,31 +97,8 @@ func writeImageError(w http.ResponseWriter, e gpu.ImageEngine, err httpapi.Error
 	return nil
 }
 
-// imageEngine is the engine an image request goes to: the handler's
-// `engine`, or else the first engine of the kind its route belongs to
-// (the first image engine for a route of none, with an explicit class).
-// Nil if the turnstile has no such engine.
+// imageEngine is the engine an image request goes to (route.ImageEngine):
+// the handler's `engine`, or else the first of its route's kind.
 func (h *Handler) imageEngine(c *config, r *http.Request) gpu.ImageEngine {
-	if h.Engine != "" {
-		return imageEngineNamed(c, h.Engine)
-	}
-	kind := imageKind(cleanPath(r))
-	for _, e := range c.GPU.Images {
-		if e.Kind() == kind {
-			return e
-		}
-	}
-	if kind == "" && h.class == classImage && len(c.GPU.Images) > 0 {
-		return c.GPU.Images[0]
-	}
-	return nil
-}
-
-func imageEngineNamed(c *config, name string) gpu.ImageEngine {
-	for _, e := range c.GPU.Images {
-		if e.Name() == name {
-			return e
-		}
-	}
-	return nil
+	return route.ImageEngine(c.GPU.Images, h.Engine, imageKind(cleanPath(r)), h.class == classImage)
 }

@@ -1,15 +1,12 @@
 package turnstile
 
 import (
-	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/admit"
-	tcfg "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 )
@@ -37,7 +34,7 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 	wait, ok := ts.LLMWait(c.Reject, c.LLMWait)
 	if !ok {
 		ts.metrics.busyReject.Inc()
-		return ts.writeBusy(w, r, c, "")
+		return ts.writeBusy(w, r, c, 0)
 	}
 	// The wait counts from the request's arrival: a body that trickles
 	// in is waited for within it, not before it.
@@ -81,25 +78,6 @@ func (h *Handler) serveDuringJob(w http.ResponseWriter, r *http.Request, next ca
 		h.ts.log().Info("LLM request let through during an image job (during_job allow)", zap.String("path", r.URL.Path))
 		return next.ServeHTTP(w, r)
 	}
-	msg := "gpu_turnstile: this LLM request comes from within a running image job and would wait for that job to end, which waits for it: refused (during_job reject)"
-	httpapi.Write(w, httpapi.ShapeOf(cleanPath(r), ""), httpapi.Error{Status: http.StatusConflict, Code: "gpu_deadlock", Message: msg})
+	httpapi.Write(w, httpapi.ShapeOf(cleanPath(r), ""), httpapi.DuringJob())
 	return nil
-}
-
-// writeBusy answers an LLM request that cannot have the GPU now, in the
-// error format of the API the client spoke, with Retry-After; waited is
-// how long it waited ("" if it did not).
-func (ts *turnstile) writeBusy(w http.ResponseWriter, r *http.Request, c *config, waited string) error {
-	retry := retryAfterSeconds(ts.retryAfter(c))
-	msg := fmt.Sprintf("gpu_turnstile: the GPU is busy with %s; retry after %ds", ts.BusyCause(), retry)
-	if waited != "" {
-		msg = fmt.Sprintf("gpu_turnstile: waited %s for the GPU, busy with %s; retry after %ds", waited, ts.BusyCause(), retry)
-	}
-	httpapi.Write(w, httpapi.ShapeOf(cleanPath(r), ""), httpapi.Error{Status: c.BusyStatus, Code: "gpu_busy", Message: msg, RetryAfter: retry})
-	return nil
-}
-
-// retryAfter is the Retry-After of a busy answer (gpu.RetryAfter).
-func (ts *turnstile) retryAfter(c *config) time.Duration {
-	return ts.GPU.RetryAfter(c.BusyRetryAfterAuto, c.RetryAfter, tcfg.DefaultBusyRetryAfter)
 }

@@ -269,7 +269,7 @@ func (h *Handler) provisionEngine(c *config) error {
 		h.routes = r
 		return nil
 	}
-	if h.Engine != "" && imageEngineNamed(c, h.Engine) == nil {
+	if h.Engine != "" && route.ImageEngineNamed(c.GPU.Images, h.Engine) == nil {
 		return fmt.Errorf("gpu_turnstile: engine %q: turnstile %q has no image engine of that name", h.Engine, h.ts.name)
 	}
 	return nil

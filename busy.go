@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/admit"
+	tcfg "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 )
@@ -59,5 +60,31 @@ func (ts *turnstile) waitedTooLong(w http.ResponseWriter, r *http.Request, c *co
 	ts.log().Warn("LLM request waited llm_wait_timeout for the GPU; answered busy",
 		zap.Duration("llm_wait_timeout", c.LLMWait), zap.String("path", r.URL.Path))
 	admit.CloseAfter(w, r)
-	return ts.writeBusy(w, r, c, c.LLMWait.String())
+	return ts.writeBusy(w, r, c, c.LLMWait)
+}
+
+// imageWaitedTooLong answers an image job whose wait, its body's reading
+// included, reached image_wait_timeout: 503 in the engine's error shape
+// with Retry-After, on a connection that then closes. Nothing was sent to
+// the engine.
+func (ts *turnstile) imageWaitedTooLong(w http.ResponseWriter, r *http.Request, c *config, e gpu.ImageEngine) error {
+	ts.metrics.busyTimeout.Inc()
+	ts.log().Warn("image job waited image_wait_timeout for the GPU; answered busy",
+		zap.Duration("image_wait_timeout", c.ImageWait), zap.String("engine", e.Name()), zap.String("path", r.URL.Path))
+	admit.CloseAfter(w, r)
+	return writeImageError(w, e, httpapi.ImageBusy(c.ImageWait, ts.State().String(), e.Name(), retryAfterSeconds(ts.retryAfter(c))))
+}
+
+// writeBusy answers an LLM request that cannot have the GPU now, in the
+// error format of the API the client spoke, with Retry-After; waited is
+// how long it waited (0 if it did not).
+func (ts *turnstile) writeBusy(w http.ResponseWriter, r *http.Request, c *config, waited time.Duration) error {
+	busy := httpapi.Busy(c.BusyStatus, ts.BusyCause(), waited, retryAfterSeconds(ts.retryAfter(c)))
+	httpapi.Write(w, httpapi.ShapeOf(cleanPath(r), ""), busy)
+	return nil
+}
+
+// retryAfter is the Retry-After of a busy answer (gpu.RetryAfter).
+func (ts *turnstile) retryAfter(c *config) time.Duration {
+	return ts.GPU.RetryAfter(c.BusyRetryAfterAuto, c.RetryAfter, tcfg.DefaultBusyRetryAfter)
 }
