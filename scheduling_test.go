@@ -108,12 +108,11 @@ func TestEarlyUnloadOverlapsTheDrain(t *testing.T) {
 	finish := h.streamStart(context.Background(), "/api/chat", chatBody("llama3.2", true))
 	img := h.postAsync(context.Background(), h.image+"/prompt", promptBody(10))
 	// The unload is asked for while the chat still streams...
-	deadline := time.Now().Add(10 * time.Second)
-	for h.ollama.Unloads() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no early unload while the chat streamed")
-		}
-		time.Sleep(time.Millisecond)
+	h.waitTimeline("an early unload while the chat streams", func(ev []gputest.Event) bool {
+		return gputest.Index(ev, 0, "ollama", "unload requested") >= 0
+	})
+	if h.ollama.Unloads() == 0 {
+		t.Fatal("no early unload while the chat streamed")
 	}
 	// ...and the chat is not cut short by it.
 	resume()
