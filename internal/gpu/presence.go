@@ -24,6 +24,7 @@ type presenceState struct {
 	// Under g.mu:
 	acquiring context.CancelFunc // set while a hold is being taken
 	hold      *Hold
+	shown     PresenceStatus // what the watcher last reported, for the status
 }
 
 // PresenceStatus is one hold_while condition as the status shows it.
@@ -44,6 +45,7 @@ func (g *GPU) watchPresence(c *Config) {
 	g.presence = map[string]*presenceState{}
 	for _, s := range c.Presence {
 		st := &presenceState{key: s.String()}
+		st.shown.Condition = st.key
 		if prev := old[st.key]; prev != nil {
 			st.hold, prev.hold = prev.hold, nil
 		}
@@ -51,9 +53,10 @@ func (g *GPU) watchPresence(c *Config) {
 		st.cancel = cancel
 		st.w = presence.NewWatcher(s, c.PresencePoll, c.HoldReleaseAfter, g.log(),
 			func(owner string) { g.engagePresence(st, owner) }, func() { g.releasePresence(st) })
-		// What the watcher reports is part of the status: each sample
-		// signals (a no-op for the events when nothing changed).
-		st.w.OnSample(func() { g.update(func() {}) })
+		// What the watcher reports is part of the status: it is copied
+		// in after each sample, which signals (a no-op for the events
+		// when nothing changed).
+		st.w.OnSample(func() { g.showPresence(st) })
 		g.presence[st.key] = st
 		g.spawnLocked(func() { st.w.Run(ctx) })
 	}
@@ -85,6 +88,7 @@ func (st *presenceState) stopAcquiring() {
 // has one or is taking one. Taking it waits its turn (at the front of the
 // queue) and empties the engines, so it runs in its own goroutine.
 func (g *GPU) engagePresence(st *presenceState, owner string) {
+	g.showPresence(st)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if st.hold != nil || st.acquiring != nil {
@@ -122,6 +126,7 @@ func (g *GPU) engaged(st *presenceState, ctx context.Context, cancel context.Can
 
 // releasePresence ends the condition's hold, or stops taking it.
 func (g *GPU) releasePresence(st *presenceState) {
+	g.showPresence(st)
 	g.mu.Lock()
 	st.stopAcquiring()
 	h := st.hold
@@ -153,12 +158,18 @@ func (g *GPU) presenceStatus(c *Config) []PresenceStatus {
 		}
 	}
 	for _, st := range g.presence {
-		owner, engaged, err := st.w.Status()
-		ps := PresenceStatus{Condition: st.key, Engaged: engaged, Owner: owner}
-		if err != nil {
-			ps.Error = err.Error()
-		}
-		out = append(out, ps)
+		out = append(out, st.shown)
 	}
 	return out
+}
+
+// showPresence copies what st's watcher reports into the GPU's state,
+// read outside g.mu, and signals the change.
+func (g *GPU) showPresence(st *presenceState) {
+	owner, engaged, err := st.w.Status()
+	ps := PresenceStatus{Condition: st.key, Engaged: engaged, Owner: owner}
+	if err != nil {
+		ps.Error = err.Error()
+	}
+	g.update(func() { st.shown = ps })
 }
