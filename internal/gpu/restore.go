@@ -86,17 +86,7 @@ func (g *GPU) restoreHold(c *Config, live *SavedHold) bool {
 		g.endStartUp(c, true)
 		return true // closing
 	}
-	// Wait, on the change signal, for the hold's request to be queued.
-	for {
-		ch := g.Changed()
-		if g.lock.Snapshot().HoldWaiting > 0 || g.ctx.Err() != nil {
-			break
-		}
-		select {
-		case <-ch:
-		case <-g.ctx.Done():
-		}
-	}
+	g.waitLock(func(s lock.Snapshot) bool { return s.HoldWaiting > 0 })
 	g.update(func() {
 		g.act.probing = false
 		g.setJobLocked(nil)
@@ -118,16 +108,7 @@ func (g *GPU) restoreHold(c *Config, live *SavedHold) bool {
 				g.reconcileAtStart(&use{g: g, c: c})
 			}
 		})
-		for {
-			ch := g.Changed()
-			if g.lock.Snapshot().ImageWaiting > 0 || g.ctx.Err() != nil {
-				break
-			}
-			select {
-			case <-ch:
-			case <-g.ctx.Done():
-			}
-		}
+		g.waitLock(func(s lock.Snapshot) bool { return s.ImageWaiting > 0 })
 	} else {
 		for _, e := range c.LLMs {
 			g.spawn(func() { g.probeLLM(c, e) })
@@ -135,6 +116,21 @@ func (g *GPU) restoreHold(c *Config, live *SavedHold) bool {
 	}
 	g.settled()
 	return true
+}
+
+// waitLock waits, on the change signal, until the lock's snapshot meets
+// cond (a request of the start-up's own is queued), or the GPU closes.
+func (g *GPU) waitLock(cond func(lock.Snapshot) bool) {
+	for {
+		ch := g.Changed()
+		if cond(g.lock.Snapshot()) || g.ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-ch:
+		case <-g.ctx.Done():
+		}
+	}
 }
 
 // grantRestored records the restored hold, which has the GPU, and empties
