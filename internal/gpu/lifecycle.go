@@ -46,34 +46,52 @@ func (g *GPU) acquireExclusive(ctx context.Context, kind lock.Kind) error {
 }
 
 // lockExclusive waits for the lock on a goroutine of the GPU's, until ctx
-// ends: a grant that comes as ctx ends is given back there, with the free
-// it may owe, while the caller returns at once.
+// ends. If the lock grants it as ctx ends, the grant is given back there,
+// with the free it may owe, and the caller returns at once; otherwise the
+// caller returns once its request has left the lock's queue (at once).
+// A grant that the lock sees only after the end (it gives that back
+// itself, in AcquireExclusive) is given back on that goroutine too, but
+// the caller waits for it.
 func (g *GPU) lockExclusive(ctx context.Context, kind lock.Kind) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	wctx, cancel := context.WithCancel(g.ctx)
 	defer cancel()
-	granted, left := make(chan error), make(chan struct{})
+	result := make(chan error, 1)
+	taken, left := make(chan struct{}), make(chan struct{})
 	if !g.spawn(func() {
 		err := g.lock.AcquireExclusive(wctx, kind)
+		result <- err
+		if err != nil {
+			return
+		}
 		select {
-		case granted <- err:
+		case <-taken:
 		case <-left:
-			if err == nil {
-				g.lock.ReleaseExclusive(false)
-			}
+			g.lock.ReleaseExclusive(false)
 		}
 	}) {
 		return g.ctx.Err() // closing
 	}
 	select {
-	case err := <-granted:
+	case err := <-result:
+		close(taken)
 		return err
 	case <-ctx.Done():
-		close(left)
-		return ctx.Err()
 	}
+	select {
+	case err := <-result: // granted as ctx ended
+		if err == nil {
+			close(left)
+		}
+	default:
+		cancel()
+		if err := <-result; err == nil {
+			close(left)
+		}
+	}
+	return ctx.Err()
 }
 
 // afterStartUp waits until the start-up has settled who has the GPU
