@@ -1,13 +1,18 @@
 package route
 
-import "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine"
+// Engine is what the choice of an engine needs of one: its name and its
+// kind.
+type Engine interface {
+	Name() string
+	Kind() string
+}
 
 // ImageEngine is the engine of images an image request goes to: the one
 // named name if name is not "", or else the first of kind (the kind its
 // route belongs to), or else, with anyKind (a route of no kind, sent as
-// image work by the handler's class), the first of all. Nil if there is
-// no such engine.
-func ImageEngine(images []engine.Image, name, kind string, anyKind bool) engine.Image {
+// image work by the handler's class), the first of all. The zero E if
+// there is no such engine.
+func ImageEngine[E Engine](images []E, name, kind string, anyKind bool) E {
 	if name != "" {
 		return ImageEngineNamed(images, name)
 	}
@@ -19,15 +24,17 @@ func ImageEngine(images []engine.Image, name, kind string, anyKind bool) engine.
 	if kind == "" && anyKind && len(images) > 0 {
 		return images[0]
 	}
-	return nil
+	var none E
+	return none
 }
 
-// ImageEngineNamed is the engine of images named name, or nil.
-func ImageEngineNamed(images []engine.Image, name string) engine.Image {
+// ImageEngineNamed is the engine of images named name, or the zero E.
+func ImageEngineNamed[E Engine](images []E, name string) E {
 	for _, e := range images {
 		if e.Name() == name {
 			return e
 		}
 	}
-	return nil
+	var none E
+	return none
 }
