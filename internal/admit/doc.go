@@ -11,4 +11,13 @@
 // with a read deadline set through http.ResponseController, and the
 // answer asks the client to close the connection, whose body's rest is
 // never read.
+//
+// What the waiting requests of one GPU buffer is bounded by its Budget
+// (wait_buffer_limit, max_waiting): Budget.Admit reads a body into memory
+// within it, or turns the request away with an *OverloadError, whose
+// refused body is drained so that the client reads the busy answer. A
+// Ticket is an admitted request's place and body; its Waiter is what the
+// status shows of it. Forward is an image job's forward for
+// gpu.RunImage: the answer passes through unchanged while its status and
+// prompt_id are kept.
 package admit
