@@ -21,7 +21,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 )
 
 // bigChat is an Ollama chat request of exactly size bytes.
@@ -315,7 +315,9 @@ func bareTurnstile(t testing.TB, s Settings) (*turnstile, *observer.ObservedLogs
 	ts.cfgp.Store(c)
 	core, logs := observer.New(zap.WarnLevel)
 	ts.logp.Store(zap.New(core))
-	if err := ts.GPU.Lock().AcquireExclusive(context.Background(), lock.ExternalHold); err != nil {
+	// The GPU's orchestration has no engines: only the hold matters here.
+	ts.GPU.Apply(&gpu.Config{}, zap.NewNop())
+	if _, err := ts.GPU.TakeHold(context.Background(), "test", time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	return ts, logs
@@ -389,7 +391,7 @@ func BenchmarkWaitingRequestMemory(b *testing.B) {
 				refused := 0
 				for {
 					changed := ts.GPU.Changed()
-					if ts.GPU.Lock().Snapshot().SharedWaiting+refused == tc.n {
+					if ts.GPU.Status().LLMWaiting+refused == tc.n {
 						break
 					}
 					select {
@@ -404,7 +406,7 @@ func BenchmarkWaitingRequestMemory(b *testing.B) {
 				heap = float64(heap1-heap0) / float64(waiting)
 				stack = float64(stack1-stack0) / float64(waiting)
 				admitted = float64(waiting)
-				ts.GPU.Lock().ReleaseExclusive(false)
+				ts.GPU.FindHold(ts.GPU.Status().Holds[0].ID).End("released")
 				for range waiting {
 					if code := <-done; code != http.StatusOK {
 						b.Fatalf("a waiting request ended with %d", code)

@@ -60,7 +60,7 @@ func TestJobUsesTheEngineOfTheConfigCurrentWhenItGetsTheGPU(t *testing.T) {
 	defer g.Close()
 	g.Apply(c1, zap.NewNop())
 	waitIdle(t, g)
-	if err := g.Lock().AcquireExclusive(context.Background(), lock.ImageJob); err != nil {
+	if err := g.lock.AcquireExclusive(context.Background(), lock.ImageJob); err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan *ImageJob, 1)
@@ -75,7 +75,7 @@ func TestJobUsesTheEngineOfTheConfigCurrentWhenItGetsTheGPU(t *testing.T) {
 	c2 := testConfig()
 	c2.Images = []ImageEngine{renewed}
 	g.Apply(c2, zap.NewNop())
-	g.Lock().ReleaseExclusive(false)
+	g.lock.ReleaseExclusive(false)
 	j := <-got
 	if j == nil {
 		return

@@ -160,7 +160,7 @@ func TestHoldEndDoesNotWaitForTheFree(t *testing.T) {
 		t.Fatal("End waited for the free")
 	}
 	waitStatus(t, g, "the free running", func(st Status) bool { return st.Freeing })
-	if g.Lock().TryAcquireShared() {
+	if g.lock.TryAcquireShared() {
 		t.Fatal("an LLM request got in while the free ran")
 	}
 	close(img.freeing)

@@ -96,10 +96,10 @@ func TestEventsFollowAnLLMRequestAndAnImageJob(t *testing.T) {
 	defer s.Close()
 
 	// A request far shorter than the pacing of the stream still shows.
-	if !f.g.Lock().TryAcquireShared() {
+	if !f.g.lock.TryAcquireShared() {
 		t.Fatal("GPU not free for LLM use")
 	}
-	f.g.Lock().ReleaseShared()
+	f.g.lock.ReleaseShared()
 	job, err := f.g.BeginImage(context.Background(), "")
 	if err != nil {
 		t.Fatal(err)
@@ -152,7 +152,7 @@ func TestSlowSubscriberIsDropped(t *testing.T) {
 	slow := subscribe(t, f.g)
 	reader := subscribe(t, f.g)
 	defer reader.Close()
-	l := f.g.Lock()
+	l := f.g.lock
 	for i := 0; !slow.Dropped(); i++ {
 		if i > eventBuffer {
 			t.Fatalf("a subscriber that reads nothing was not dropped after %d switches", 2*i)
@@ -232,7 +232,7 @@ func BenchmarkStatusEventLatency(b *testing.B) {
 	defer g.Close()
 	s := subscribe(b, g)
 	defer s.Close()
-	l := g.Lock()
+	l := g.lock
 	var took []time.Duration
 	timed := func(change func(), want string) {
 		start := time.Now()
@@ -274,7 +274,7 @@ func BenchmarkLockWithSubscribers(b *testing.B) {
 					}
 				}()
 			}
-			l := g.Lock()
+			l := g.lock
 			b.ReportAllocs()
 			for b.Loop() {
 				l.TryAcquireShared()

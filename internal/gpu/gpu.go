@@ -133,9 +133,6 @@ func New(name string, m Metrics) *GPU {
 	return g
 }
 
-// Lock returns the GPU's lock. The LLM fast path takes it directly.
-func (g *GPU) Lock() *lock.Lock { return g.lock }
-
 // Name returns the GPU's (turnstile's) name.
 func (g *GPU) Name() string { return g.name }
 

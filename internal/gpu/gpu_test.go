@@ -298,7 +298,7 @@ func TestStartUpProbeHoldsTheGPUForQueuedWork(t *testing.T) {
 	if st := g.Status(); st.State != "image" || st.Job == nil {
 		t.Fatalf("status at start-up %+v, want image for the probe", st)
 	}
-	if !g.Lock().TryAcquireShared() {
+	if !g.lock.TryAcquireShared() {
 		waitStatus(t, g, "the queued work letting the GPU go", func(st Status) bool { return st.State == "idle" })
 		return
 	}
@@ -342,14 +342,14 @@ func TestHoldKeepsTheFreeDebtWhenItsFreeFails(t *testing.T) {
 func TestTryHoldRefusesWithoutWaiting(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil)
-	f.g.Lock().TryAcquireShared() // an LLM request in flight
+	f.g.lock.TryAcquireShared() // an LLM request in flight
 	if _, err := f.g.TryHold(context.Background(), "game", time.Minute); !errors.Is(err, ErrHoldBusy) {
 		t.Fatalf("TryHold during LLM use: %v, want ErrHoldBusy", err)
 	}
 	if st := f.g.Status(); st.HoldWaiting != 0 || len(st.Holds) != 0 || st.State != "llm" {
 		t.Fatalf("the refusal left a trace: %+v", st)
 	}
-	f.g.Lock().ReleaseShared()
+	f.g.lock.ReleaseShared()
 	f.waitState(t, "idle", func(st Status) bool { return st.State == "idle" })
 	h, err := f.g.TryHold(context.Background(), "game", time.Minute)
 	if err != nil {

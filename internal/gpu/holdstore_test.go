@@ -67,7 +67,7 @@ func TestRestoreHoldAtStartUp(t *testing.T) {
 		g, m := newFakeGPU(t, &fakeLLM{loaded: []string{"m1"}}, func(c *Config) { c.HoldStore = store })
 		// Held from Apply on: no LLM request can get in. The hold is
 		// restored on the GPU's own goroutine.
-		if g.Lock().TryAcquireShared() {
+		if g.lock.TryAcquireShared() {
 			t.Fatalf("after Apply: %v, want held", g.State())
 		}
 		synctest.Wait()
@@ -151,7 +151,7 @@ func TestRestoreIsBounded(t *testing.T) {
 		store := &stuckStore{release: make(chan struct{})}
 		defer close(store.release)
 		g, _ := newFakeGPU(t, &fakeLLM{}, func(c *Config) { c.HoldStore = store })
-		l := g.Lock()
+		l := g.lock
 		time.Sleep(restoreTimeout - time.Second)
 		synctest.Wait()
 		if l.TryAcquireShared() {

@@ -39,7 +39,7 @@ func (f *fixture) llmAdmitted(t *testing.T) <-chan struct{} {
 			return
 		}
 		f.card.Mark("test", "llm admitted")
-		f.g.Lock().ReleaseShared()
+		f.g.lock.ReleaseShared()
 	}()
 	f.waitState(t, "the LLM request waiting", func(st Status) bool { return st.LLMWaiting == 1 })
 	return done

@@ -11,7 +11,7 @@ import (
 func TestImageEngineBackAfterARestartIsFreedBeforeMoreLLMUse(t *testing.T) {
 	t.Parallel()
 	f, srv := newA1111Fixture(t)
-	if !f.g.Lock().TryAcquireShared() {
+	if !f.g.lock.TryAcquireShared() {
 		t.Fatal("no LLM place while idle")
 	}
 	srv.Kill()
@@ -20,17 +20,17 @@ func TestImageEngineBackAfterARestartIsFreedBeforeMoreLLMUse(t *testing.T) {
 	})
 	srv.Relaunch()
 	f.waitState(t, "the GPU asked for A1111", func(st Status) bool { return st.ImageWaiting == 1 })
-	if f.g.Lock().TryAcquireShared() {
+	if f.g.lock.TryAcquireShared() {
 		t.Fatal("an LLM request was admitted beside A1111's checkpoint")
 	}
 	unloads := srv.Unloads()
-	f.g.Lock().ReleaseShared()
+	f.g.lock.ReleaseShared()
 	f.waitState(t, "idle after the free", func(st Status) bool { return st.State == "idle" && st.Job == nil })
 	if srv.Unloads() == unloads || srv.OnGPU() {
 		t.Fatal("A1111 not freed before the GPU went back to LLM use")
 	}
-	if !f.g.Lock().TryAcquireShared() {
+	if !f.g.lock.TryAcquireShared() {
 		t.Fatal("LLM use not resumed after the free")
 	}
-	f.g.Lock().ReleaseShared()
+	f.g.lock.ReleaseShared()
 }

@@ -10,8 +10,11 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
+	"go.uber.org/zap"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 )
 
 // FuzzHoldRequest sends arbitrary requests (method, path, headers, body)
@@ -21,8 +24,10 @@ import (
 func FuzzHoldRequest(f *testing.F) {
 	ts := testTurnstile("fuzz")
 	f.Cleanup(ts.Close)
-	if !ts.Lock().TryAcquireExclusive(lock.ExternalHold) {
-		f.Fatal("a new GPU cannot be held")
+	ts.Apply(&gpu.Config{}, zap.NewNop())
+	held, err := ts.TakeHold(context.Background(), "fuzz", time.Hour)
+	if err != nil {
+		f.Fatalf("a new GPU cannot be held: %v", err)
 	}
 	origin, err := NewCrossOrigin([]string{"https://launcher.example"})
 	if err != nil {
@@ -73,7 +78,7 @@ func FuzzHoldRequest(f *testing.F) {
 		if err := hh.ServeHTTP(w, r); err != nil {
 			t.Fatalf("%s %q: error for Caddy: %v", method, path, err)
 		}
-		if st := ts.Status(); len(st.Holds) != 0 {
+		if st := ts.Status(); len(st.Holds) != 1 || st.Holds[0].ID != held.ID {
 			t.Fatalf("%s %q: a hold was granted", method, path)
 		}
 		var out struct{ Error string }
