@@ -2,6 +2,7 @@ package turnstile
 
 import (
 	tcfg "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
 
 	"bytes"
 	"context"
@@ -372,7 +373,7 @@ func BenchmarkWaitingRequestMemory(b *testing.B) {
 			var heap, stack, total, admitted float64
 			for b.Loop() {
 				ts, _ := bareTurnstile(b, Settings{})
-				h := &Handler{class: classLLM, ts: ts}
+				h := &Handler{class: route.LLM, ts: ts}
 				reqs := make([]*http.Request, tc.n)
 				for i := range reqs {
 					r := bodyRequest(body, tc.chunked)

@@ -11,6 +11,7 @@ import (
 	tcfg "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
 )
 
 // limits are what a request of c may take from the wait budget, its body
@@ -48,7 +49,7 @@ func (ts *turnstile) notAdmitted(w http.ResponseWriter, r *http.Request, c *conf
 		busy.Status = http.StatusServiceUnavailable
 		return writeImageError(w, image, busy)
 	}
-	httpapi.Write(w, httpapi.ShapeOf(cleanPath(r), ""), busy)
+	httpapi.Write(w, httpapi.ShapeOf(route.CleanPath(r), ""), busy)
 	return nil
 }
 
@@ -80,7 +81,7 @@ func (ts *turnstile) imageWaitedTooLong(w http.ResponseWriter, r *http.Request, 
 // how long it waited (0 if it did not).
 func (ts *turnstile) writeBusy(w http.ResponseWriter, r *http.Request, c *config, waited time.Duration) error {
 	busy := httpapi.Busy(c.BusyStatus, ts.BusyCause(), waited, retryAfterSeconds(ts.retryAfter(c)))
-	httpapi.Write(w, httpapi.ShapeOf(cleanPath(r), ""), busy)
+	httpapi.Write(w, httpapi.ShapeOf(route.CleanPath(r), ""), busy)
 	return nil
 }
 

@@ -6,13 +6,14 @@ import (
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
 )
 
 // answerFailedForward answers a request whose forward failed before
 // anything was sent (httpapi.ForwardFailed) in its route's error shape,
 // naming the engine. An engine that could not be reached counts as
 // unreachable at once (gpu.Ready). Any other outcome is returned as it is.
-func (h *Handler) answerFailedForward(w http.ResponseWriter, r *http.Request, c class, err error) error {
+func (h *Handler) answerFailedForward(w http.ResponseWriter, r *http.Request, c route.Class, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -21,7 +22,7 @@ func (h *Handler) answerFailedForward(w http.ResponseWriter, r *http.Request, c 
 
 // answerEngineDown is answerFailedForward's for an error, apart so that
 // the path without one allocates nothing.
-func (h *Handler) answerEngineDown(w http.ResponseWriter, r *http.Request, c class, err error) error {
+func (h *Handler) answerEngineDown(w http.ResponseWriter, r *http.Request, c route.Class, err error) error {
 	he, ok := httpapi.ForwardFailed(err)
 	if !ok {
 		return err
@@ -33,23 +34,23 @@ func (h *Handler) answerEngineDown(w http.ResponseWriter, r *http.Request, c cla
 			h.ts.NoteUnreachable(name, he.Err)
 		}
 	}
-	httpapi.WriteEngineDown(w, r, cleanPath(r), he, name, kind, h.ts.log())
+	httpapi.WriteEngineDown(w, r, route.CleanPath(r), he, name, kind, h.ts.log())
 	return nil
 }
 
 // engineOf is the engine a request of class c went to: an image job's
 // own, else the one reverse_proxy dialled, else the one its route
 // belongs to.
-func (h *Handler) engineOf(r *http.Request, c class) gpu.Engine {
+func (h *Handler) engineOf(r *http.Request, c route.Class) gpu.Engine {
 	cfg := h.ts.cfg()
 	if cfg == nil {
 		return nil
 	}
-	if c == classImage {
+	if c == route.Image {
 		if e := h.imageEngine(cfg, r); e != nil {
 			return e
 		}
 	}
-	p := cleanPath(r)
-	return cfg.GPU.EngineFor(httpapi.Upstream(r), httpapi.RouteKind(p), c == classLLM || strings.HasPrefix(p, "/v1/"))
+	p := route.CleanPath(r)
+	return cfg.GPU.EngineFor(httpapi.Upstream(r), httpapi.RouteKind(p), c == route.LLM || strings.HasPrefix(p, "/v1/"))
 }

@@ -2,6 +2,7 @@ package turnstile
 
 import (
 	tcfg "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
 
 	"context"
 	"net/http"
@@ -21,7 +22,7 @@ func benchHandler(b *testing.B) *Handler {
 	}
 	ts := newTurnstile("bench")
 	ts.cfgp.Store(c)
-	return &Handler{class: classAuto, ts: ts, guard: c.Routes}
+	return &Handler{class: route.Auto, ts: ts, guard: c.Routes}
 }
 
 // benchRequest is a request as Caddy's reverse_proxy leaves it: proxied
@@ -83,7 +84,7 @@ func llmInUseHandler(name string) *Handler {
 	ts := newTurnstile(name)
 	ts.cfgp.Store(c)
 	ts.TryLLM()
-	return &Handler{class: classAuto, ts: ts, guard: c.Routes}
+	return &Handler{class: route.Auto, ts: ts, guard: c.Routes}
 }
 
 // allocsPerRequest is what h allocates per request r, served again and

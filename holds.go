@@ -51,7 +51,7 @@ func (HoldsHandler) CaddyModule() caddy.ModuleInfo {
 
 // Provision finds the turnstile and sets up the cross-origin check.
 func (h *HoldsHandler) Provision(ctx caddy.Context) error {
-	origin, err := newCrossOrigin("gpu_turnstile_holds", h.TrustedOrigins)
+	origin, err := httpapi.HandlerCrossOrigin("gpu_turnstile_holds", h.TrustedOrigins)
 	if err != nil {
 		return err
 	}

@@ -88,7 +88,7 @@ func (h *Handler) serveWithoutEngine(w http.ResponseWriter, r *http.Request, nex
 // kind is LLM work: one an LLM kind serves (A1111's, on llama-swap), when
 // the turnstile has LLM engines.
 func (h *Handler) imageRouteIsLLM(c *config, r *http.Request) bool {
-	return h.class == classAuto && tcfg.Routes.ServedAsLLM(cleanPath(r)) && len(c.GPU.LLMs) > 0
+	return h.class == route.Auto && tcfg.Routes.ServedAsLLM(route.CleanPath(r)) && len(c.GPU.LLMs) > 0
 }
 
 // writeImageError answers err in the image engine's error shape.
@@ -100,5 +100,5 @@ func writeImageError(w http.ResponseWriter, e gpu.ImageEngine, err httpapi.Error
 // imageEngine is the engine an image request goes to (route.ImageEngine):
 // the handler's `engine`, or else the first of its route's kind.
 func (h *Handler) imageEngine(c *config, r *http.Request) gpu.ImageEngine {
-	return route.ImageEngine(c.GPU.Images, h.Engine, imageKind(cleanPath(r)), h.class == classImage)
+	return route.ImageEngine(c.GPU.Images, h.Engine, tcfg.Routes.ImageKind(route.CleanPath(r)), h.class == route.Image)
 }

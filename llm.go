@@ -9,6 +9,7 @@ import (
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/admit"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
 )
 
 // waitBodyLimit bounds how much of a request body is read into memory
@@ -78,6 +79,6 @@ func (h *Handler) serveDuringJob(w http.ResponseWriter, r *http.Request, next ca
 		h.ts.log().Info("LLM request let through during an image job (during_job allow)", zap.String("path", r.URL.Path))
 		return next.ServeHTTP(w, r)
 	}
-	httpapi.Write(w, httpapi.ShapeOf(cleanPath(r), ""), httpapi.DuringJob())
+	httpapi.Write(w, httpapi.ShapeOf(route.CleanPath(r), ""), httpapi.DuringJob())
 	return nil
 }

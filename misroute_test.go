@@ -152,7 +152,7 @@ func TestMisroutedCountedThenSampled(t *testing.T) {
 	ts.cfgp.Store(c)
 	core, logs := observer.New(zapcore.InfoLevel)
 	ts.logp.Store(zap.New(core))
-	h := &Handler{class: classAuto, ts: ts, guard: c.Routes}
+	h := &Handler{class: route.Auto, ts: ts, guard: c.Routes}
 	to := func(upstream string) *http.Request {
 		r := benchRequest("POST", "/api/chat")
 		r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer).Set(upstreamVar, upstream)

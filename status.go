@@ -90,7 +90,7 @@ func (StatusHandler) CaddyModule() caddy.ModuleInfo {
 // when its server begins to shut down, whichever comes first: the server
 // waits for open connections.
 func (h *StatusHandler) Provision(ctx caddy.Context) error {
-	origin, err := newCrossOrigin("gpu_turnstile_status", h.TrustedOrigins)
+	origin, err := httpapi.HandlerCrossOrigin("gpu_turnstile_status", h.TrustedOrigins)
 	if err != nil {
 		return err
 	}

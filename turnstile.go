@@ -214,10 +214,10 @@ type Handler struct {
 	// waiting for the LLM and the LLM for the job.
 	DuringJob string `json:"during_job,omitempty"`
 
-	class class
+	class route.Class
 	ts    *turnstile
 	// routes is the kind whose routes are guarded, with engine_routes.
-	routes engineRoutes
+	routes route.EngineRoutes
 	// guard and sampler check where guarded requests were proxied
 	// (misroute.go); guard is the config's own.
 	guard   *route.Guard
@@ -297,22 +297,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return next.ServeHTTP(w, r)
 	}
 	c := h.class
-	if c == classAuto {
-		if c = classify(r); h.routes.Kind != "" {
+	if c == route.Auto {
+		if c = tcfg.Routes.Classify(r); h.routes.Kind != "" {
 			c = tcfg.Routes.Restrict(h.routes, c, r)
 		}
 	}
 	// A passthrough found by auto mode holds nothing, so a later handler
 	// may look again; any other decision is final.
-	if c != classPassthrough || h.class != classAuto {
+	if c != route.Passthrough || h.class != route.Auto {
 		caddyhttp.SetVar(r.Context(), handledVar, true)
 	}
 	var err error
 	switch c {
-	case classLLM:
+	case route.LLM:
 		err = h.serveLLM(w, r, next)
 		h.checkRoute(r)
-	case classImage:
+	case route.Image:
 		err = h.serveImage(w, r, next)
 		h.checkImageRoute(r)
 	default:

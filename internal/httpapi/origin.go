@@ -101,3 +101,13 @@ func clip(s string) string {
 	}
 	return s
 }
+
+// HandlerCrossOrigin is NewCrossOrigin for a handler's routes that change
+// state: an invalid origin is an error naming the handler and the option.
+func HandlerCrossOrigin(handler string, trusted []string) (*CrossOrigin, error) {
+	c, err := NewCrossOrigin(trusted)
+	if err != nil {
+		return nil, fmt.Errorf("%s: trusted_origins: %v", handler, err)
+	}
+	return c, nil
+}
