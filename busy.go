@@ -47,7 +47,7 @@ func (ts *turnstile) notAdmitted(w http.ResponseWriter, r *http.Request, c *conf
 	busy := httpapi.Error{Status: c.BusyStatus, Code: "gpu_busy", Message: o.Message(ts.limits(c, 0), retry), RetryAfter: retry}
 	if image != nil {
 		busy.Status = http.StatusServiceUnavailable
-		return writeImageError(w, image, busy)
+		return httpapi.WriteImage(w, image, busy)
 	}
 	httpapi.Write(w, httpapi.ShapeOf(route.CleanPath(r), ""), busy)
 	return nil
@@ -73,7 +73,7 @@ func (ts *turnstile) imageWaitedTooLong(w http.ResponseWriter, r *http.Request, 
 	ts.log().Warn("image job waited image_wait_timeout for the GPU; answered busy",
 		zap.Duration("image_wait_timeout", c.ImageWait), zap.String("engine", e.Name()), zap.String("path", r.URL.Path))
 	admit.CloseAfter(w, r)
-	return writeImageError(w, e, httpapi.ImageBusy(c.ImageWait, ts.State().String(), e.Name(), retryAfterSeconds(ts.retryAfter(c))))
+	return httpapi.WriteImage(w, e, httpapi.ImageBusy(c.ImageWait, ts.State().String(), e.Name(), retryAfterSeconds(ts.retryAfter(c))))
 }
 
 // writeBusy answers an LLM request that cannot have the GPU now, in the

@@ -2,7 +2,6 @@ package turnstile
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
 )
 
 // imageBodyLimit bounds how much of a /prompt body is read into memory
@@ -48,20 +46,15 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 
 // answerImage answers an image request as RunImage ended it.
 func (ts *turnstile) answerImage(w http.ResponseWriter, r *http.Request, c *config, e gpu.ImageEngine, err error) error {
-	var refused *gpu.RefusedError
-	switch {
-	case errors.Is(err, gpu.ErrNoEngine):
-		return writeImageError(w, e, httpapi.JobRefused(err, true))
-	case errors.Is(err, gpu.ErrCancelledBeforeSent):
-		return writeImageError(w, e, httpapi.CancelledBeforeSent(e.Name()))
-	case errors.As(err, &refused) && jsonhttp.Refused(err):
+	ans, down, ok := httpapi.ImageRefusal(err, e)
+	if !ok {
+		return ts.notAdmitted(w, r, c, e, err, time.Time{})
+	}
+	if down {
 		ts.log().Error("image engine not reachable as the job was readied; answered the client in its API's shape",
 			zap.String("engine", e.Name()), zap.Error(err))
-		return writeImageError(w, e, httpapi.EngineDown(false, e.Name(), e.Kind()))
-	case refused != nil:
-		return writeImageError(w, e, httpapi.JobRefused(err, false))
 	}
-	return ts.notAdmitted(w, r, c, e, err, time.Time{})
+	return httpapi.WriteImage(w, e, ans)
 }
 
 // captureLimit is how much of e's answer to a job is kept to read its
@@ -89,12 +82,6 @@ func (h *Handler) serveWithoutEngine(w http.ResponseWriter, r *http.Request, nex
 // the turnstile has LLM engines.
 func (h *Handler) imageRouteIsLLM(c *config, r *http.Request) bool {
 	return h.class == route.Auto && tcfg.Routes.ServedAsLLM(route.CleanPath(r)) && len(c.GPU.LLMs) > 0
-}
-
-// writeImageError answers err in the image engine's error shape.
-func writeImageError(w http.ResponseWriter, e gpu.ImageEngine, err httpapi.Error) error {
-	httpapi.Write(w, httpapi.ShapeOf("", e.Kind()), err)
-	return nil
 }
 
 // imageEngine is the engine an image request goes to (route.ImageEngine):
