@@ -112,7 +112,9 @@ func TestHoldsHandlerBadInput(t *testing.T) {
 			t.Errorf("%s %s %.40s: %d %s, want %d %q", tc.method, tc.path, tc.body, r.status, r.body, tc.status, tc.want)
 		}
 	}
-	// Naming its own turnstile is allowed.
+	// Naming its own turnstile is allowed (once the start-up probe has
+	// given the GPU back: this hold does not wait).
+	h.waitIdle()
 	r := h.launcher("POST", "/holds", `{"turnstile":"default","owner":"x","wait":false}`, true)
 	if r.status != 201 {
 		t.Fatalf("naming the handler's turnstile: %d %s", r.status, r.body)

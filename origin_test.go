@@ -81,7 +81,9 @@ func TestHoldsRefuseCrossSiteRequests(t *testing.T) {
 		t.Errorf("GET from another site: %d %s", r.status, r.body)
 	}
 
-	// The site's own page, a trusted origin and a script are served.
+	// The site's own page, a trusted origin and a script are served,
+	// once the start-up probe has given the GPU back.
+	h.waitIdle()
 	take := func(who string, header ...string) string {
 		t.Helper()
 		r := h.request("POST", holds, `{"owner":"`+who+`","wait":false}`, append(header, "Content-Type", "application/json; charset=utf-8", "Authorization", launcherAuth)...)
@@ -125,7 +127,9 @@ func TestAdminRefusesBodiesThatAreNotJSON(t *testing.T) {
 		refusedWith(t, tc.method+" "+tc.path+" "+tc.contentType, r, 415, "send Content-Type: application/json")
 		h.noHold(t, tc.path)
 	}
-	// A script's JSON is served as before.
+	// A script's JSON is served as before, once the start-up probe has
+	// given the GPU back (a hold that does not wait would find it busy).
+	h.waitIdle()
 	r := h.request("POST", admin+"/holds", `{"owner":"script","wait":false}`, "Content-Type", "application/json")
 	var out struct{ ID string }
 	if r.status != 201 || json.Unmarshal([]byte(r.body), &out) != nil {
