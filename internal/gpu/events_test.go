@@ -122,10 +122,14 @@ func TestEventsFollowAnLLMRequestAndAnImageJob(t *testing.T) {
 	idle := indexOf(evs, llm+1, func(r received) bool { return r.name == "status" && r.status.State == "idle" })
 	image := indexOf(evs, idle+1, func(r received) bool { return r.name == "status" && r.status.State == "image" })
 	unload := indexOf(evs, image+1, func(r received) bool { return r.name == "step" && r.step.Kind == "unload" })
-	running := indexOf(evs, unload+1, func(r received) bool {
+	// A round renders each lock state's status with the GPU's newest
+	// state: when the stream runs late (a loaded machine), the image
+	// status itself may already show the job running, ahead of the
+	// unload's step of the same round.
+	running := indexOf(evs, image, func(r received) bool {
 		return r.name == "status" && r.status.Job != nil && r.status.Job.PromptID == id && r.status.Job.Phase == "running"
 	})
-	end := indexOf(evs, running+1, func(r received) bool { return r.name == "job" })
+	end := indexOf(evs, max(running, unload)+1, func(r received) bool { return r.name == "job" })
 	free := indexOf(evs, end+1, func(r received) bool { return r.name == "step" && r.step.Kind == "free" })
 	if llm < 0 || idle < 0 || image < 0 || unload < 0 || running < 0 || end < 0 || free < 0 {
 		t.Fatalf("events out of order or missing (llm %d, idle %d, image %d, unload %d, running %d, job %d, free %d): %v",
