@@ -7,6 +7,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/admit"
 )
 
 // ForwardFailed returns the error of a forward that failed before anything
@@ -32,9 +34,16 @@ func ForwardFailed(err error) (he caddyhttp.HandlerError, ok bool) {
 // WriteEngineDown answers a request whose forward failed with he
 // (ForwardFailed) in the error shape of its route (path, its clean path)
 // or of its engine's kind, naming the engine (name, "" if not known); the
-// address reverse_proxy tried goes to log.
+// address reverse_proxy tried goes to log. A request with a body is
+// answered on a connection that then closes: how much of its body the
+// failed forward read is unknown (a body cut by the server's read_body
+// timeout fails the forward too), so the connection cannot carry another
+// request.
 func WriteEngineDown(w http.ResponseWriter, r *http.Request, path string, he caddyhttp.HandlerError, name, kind string, log *zap.Logger) {
 	down := EngineDown(he.StatusCode == http.StatusGatewayTimeout, name, kind)
+	if r.ContentLength != 0 {
+		admit.CloseAfter(w, r)
+	}
 	log.Error("engine not reachable through reverse_proxy; answered the client in its API's shape",
 		zap.String("engine", name), zap.String("upstream", Upstream(r)), zap.String("path", r.URL.Path),
 		zap.Int("status", down.Status), zap.Error(he.Err))
