@@ -166,37 +166,3 @@ func TestHoldEndDoesNotWaitForTheFree(t *testing.T) {
 	close(img.freeing)
 	waitStatus(t, g, "idle after the free", func(st Status) bool { return st.State == "idle" && !st.Freeing })
 }
-
-// A waiter for the GPU whose wait ends as the GPU is granted to it
-// returns at once; the grant is given back, with its free, on the GPU's
-// own goroutine.
-func TestCancelledGrantIsGivenBackOffTheCaller(t *testing.T) {
-	t.Parallel()
-	img := &fakeImage{}
-	g, _ := newFakeGPU(t, &fakeLLM{}, func(c *Config) { c.Images = []ImageEngine{img} })
-	waitIdle(t, g)
-	h, err := g.TakeHold(context.Background(), "first", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img.freeing = make(chan struct{}) // the frees from now on wait
-	ctx, cancel := context.WithCancel(context.Background())
-	waited := make(chan error)
-	go func() {
-		_, err := g.TakeHold(ctx, "second", time.Minute)
-		waited <- err
-	}()
-	waitStatus(t, g, "the second hold waiting", func(st Status) bool { return st.HoldWaiting == 1 })
-	// The first hold's end hands the GPU, and the debt of a free, to the
-	// second as its wait is cancelled.
-	g.owe(img)
-	h.End("released")
-	cancel()
-	select {
-	case <-waited:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the cancelled waiter waited for the free")
-	}
-	close(img.freeing)
-	waitStatus(t, g, "idle", func(st Status) bool { return st.State == "idle" && !st.Freeing })
-}
