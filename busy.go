@@ -14,12 +14,6 @@ import (
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
 )
 
-// limits are what a request of c may take from the wait budget, its body
-// up to body bytes.
-func (ts *turnstile) limits(c *config, body int64) admit.Limits {
-	return admit.Limits{Buffer: c.WaitBuffer, MaxWaiting: c.MaxWaiting, Body: body, Log: ts.log()}
-}
-
 // notAdmitted answers a request that did not get the GPU (image, nil for
 // an LLM request): its wait, its body's reading included, reached the
 // deadline; its client went away; or a limit of the wait budget turned it
@@ -44,7 +38,7 @@ func (ts *turnstile) notAdmitted(w http.ResponseWriter, r *http.Request, c *conf
 	ts.metrics.busyOverload.Inc()
 	o.Drain(w, r, deadline)
 	retry := retryAfterSeconds(ts.retryAfter(c))
-	busy := httpapi.Error{Status: c.BusyStatus, Code: "gpu_busy", Message: o.Message(ts.limits(c, 0), retry), RetryAfter: retry}
+	busy := httpapi.Error{Status: c.BusyStatus, Code: "gpu_busy", Message: o.Message(c.Limits(0, ts.log()), retry), RetryAfter: retry}
 	if image != nil {
 		busy.Status = http.StatusServiceUnavailable
 		return httpapi.WriteImage(w, image, busy)

@@ -67,7 +67,7 @@ func parseDirective[H turnstileHandler](newHandler func() H) httpcaddyfile.Unmar
 			return nil, err
 		}
 		if e, ok := any(m).(interface{ engineName() string }); ok && e.engineName() != "" && !s.HasImageEngine(e.engineName()) {
-			return nil, h.Errf("engine %q: turnstile %q has no image engine of that name", e.engineName(), orDefault(m.turnstileName()))
+			return nil, h.Errf("engine %q: turnstile %q has no image engine of that name", e.engineName(), tcfg.OrDefault(m.turnstileName()))
 		}
 		return m, nil
 	}
@@ -97,7 +97,7 @@ func (sh *StatusHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 // checkTurnstileName fails adaptation when a handler names a turnstile
 // that the global options do not define, and returns its settings.
 func checkTurnstileName(h httpcaddyfile.Helper, name string) (*Settings, error) {
-	name = orDefault(name)
+	name = tcfg.OrDefault(name)
 	opt, ok := h.Option("gpu_turnstile").(httpcaddyfile.App)
 	if !ok {
 		return nil, h.Errf("%s: no turnstile named %q: add the global option `gpu_turnstile { ollama URL comfy URL }`", h.Val(), name)
@@ -111,14 +111,6 @@ func checkTurnstileName(h httpcaddyfile.Helper, name string) (*Settings, error) 
 		return nil, h.Errf("no turnstile named %q in the global gpu_turnstile options", name)
 	}
 	return s, nil
-}
-
-// orDefault is a handler's turnstile name as messages say it.
-func orDefault(name string) string {
-	if name == "" {
-		return defaultName
-	}
-	return name
 }
 
 // Interface guards

@@ -2,7 +2,6 @@ package turnstile
 
 import (
 	"net/http"
-	"strings"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
@@ -38,19 +37,15 @@ func (h *Handler) answerEngineDown(w http.ResponseWriter, r *http.Request, c rou
 	return nil
 }
 
-// engineOf is the engine a request of class c went to: an image job's
-// own, else the one reverse_proxy dialled, else the one its route
-// belongs to.
+// engineOf is the engine a request of class c went to (httpapi.EngineOf).
 func (h *Handler) engineOf(r *http.Request, c route.Class) gpu.Engine {
 	cfg := h.ts.cfg()
 	if cfg == nil {
 		return nil
 	}
+	var image gpu.Engine
 	if c == route.Image {
-		if e := h.imageEngine(cfg, r); e != nil {
-			return e
-		}
+		image = h.imageEngine(cfg, r)
 	}
-	p := route.CleanPath(r)
-	return cfg.GPU.EngineFor(httpapi.Upstream(r), httpapi.RouteKind(p), c == route.LLM || strings.HasPrefix(p, "/v1/"))
+	return httpapi.EngineOf(r, &cfg.GPU, image, c == route.LLM)
 }

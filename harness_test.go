@@ -23,6 +23,7 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 	"github.com/caddyserver/certmagic"
 
+	tcfg "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy/comfytest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
@@ -65,6 +66,9 @@ type harnessOptions struct {
 	// edit, if set, changes the Caddyfile before Caddy loads it.
 	edit func(caddyfile string) string
 }
+
+// defaultName is the turnstile a handler uses when it names none.
+const defaultName = tcfg.DefaultName
 
 func newHarness(t *testing.T, opts harnessOptions) *harness {
 	t.Helper()

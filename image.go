@@ -30,7 +30,7 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 		return h.serveWithoutEngine(w, r, next, c)
 	}
 	deadline := admit.Arrival(r).Add(c.ImageWait)
-	ticket, err := ts.budget.Admit(w, r, ts.limits(c, imageBodyLimit), deadline)
+	ticket, err := ts.budget.Admit(w, r, c.Limits(imageBodyLimit, ts.log()), deadline)
 	if err != nil {
 		return ts.notAdmitted(w, r, c, e, err, deadline)
 	}

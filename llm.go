@@ -40,7 +40,7 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 	// The wait counts from the request's arrival: a body that trickles
 	// in is waited for within it, not before it.
 	deadline := admit.Arrival(r).Add(wait)
-	ticket, err := ts.budget.Admit(w, r, ts.limits(c, waitBodyLimit), deadline)
+	ticket, err := ts.budget.Admit(w, r, c.Limits(waitBodyLimit, ts.log()), deadline)
 	if err != nil {
 		return ts.notAdmitted(w, r, c, nil, err, deadline)
 	}

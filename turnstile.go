@@ -33,9 +33,6 @@ func init() {
 	caddy.RegisterModule(Handler{})
 }
 
-// defaultName is the turnstile a handler uses when it names none.
-const defaultName = tcfg.DefaultName
-
 // App is the gpu_turnstile app: the settings of each named turnstile (one
 // per GPU). Its state (the lock, the running job, holds) lives in a
 // process-wide pool keyed by name and survives config reloads.
@@ -158,9 +155,7 @@ func (a *App) Cleanup() error {
 // lookupTurnstile returns the runtime of the named turnstile of the
 // config being provisioned.
 func lookupTurnstile(ctx caddy.Context, name string) (*turnstile, error) {
-	if name == "" {
-		name = defaultName
-	}
+	name = tcfg.OrDefault(name)
 	appIface, err := ctx.App("gpu_turnstile")
 	if err != nil {
 		return nil, fmt.Errorf("gpu_turnstile: loading the app: %v", err)

@@ -14,6 +14,15 @@ import (
 // name of a global option that gives none.
 const DefaultName = "default"
 
+// OrDefault is a handler's turnstile name as it is meant: DefaultName
+// when it names none.
+func OrDefault(name string) string {
+	if name == "" {
+		return DefaultName
+	}
+	return name
+}
+
 // ParseGlobalOption parses a global gpu_turnstile option, d on its name,
 // into the turnstile's name and settings, validated; defined reports
 // whether a name is already taken (an option may appear once per name).

@@ -5,6 +5,9 @@ import (
 	"os/exec"
 	"time"
 
+	"go.uber.org/zap"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/admit"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy"
@@ -82,4 +85,10 @@ func (c *Turnstile) engineURLs() []string {
 		urls = append(urls, e.URL())
 	}
 	return urls
+}
+
+// Limits are what a request of c may take from the wait budget, its body
+// up to body bytes; log gets the budget's warnings.
+func (c *Turnstile) Limits(body int64, log *zap.Logger) admit.Limits {
+	return admit.Limits{Buffer: c.WaitBuffer, MaxWaiting: c.MaxWaiting, Body: body, Log: log}
 }

@@ -3,12 +3,15 @@ package httpapi
 import (
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/admit"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
 )
 
 // ForwardFailed returns the error of a forward that failed before anything
@@ -59,4 +62,15 @@ func Upstream(r *http.Request) string {
 	}
 	s, _ := repl.GetString("http.reverse_proxy.upstream.hostport")
 	return s
+}
+
+// EngineOf is the engine a request went to: image (its job's own) if not
+// nil, else the one reverse_proxy dialled, else the one its route belongs
+// to; llm is set for an LLM request.
+func EngineOf(r *http.Request, c *gpu.Config, image gpu.Engine, llm bool) gpu.Engine {
+	if image != nil {
+		return image
+	}
+	p := route.CleanPath(r)
+	return c.EngineFor(Upstream(r), RouteKind(p), llm || strings.HasPrefix(p, "/v1/"))
 }
