@@ -40,6 +40,8 @@ type Config struct {
 	MaxImageStreak int
 	MinFreeVRAM    int64
 	Probe          VRAMProbe // nil without min_free_vram
+	// Memory is memory-aware admission; nil when off.
+	Memory *MemoryConfig
 
 	UnloadTimeout, JobTimeout, FreeTimeout, InterruptGrace, WarmTimeout time.Duration
 	// Presence are the hold_while conditions: while one holds, the GPU is
