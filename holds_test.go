@@ -197,7 +197,7 @@ func TestReleasedHoldIsNotRestored(t *testing.T) {
 		t.Fatalf("renew: %d %s", r.status, r.body)
 	}
 	data, err := os.ReadFile(filepath.Join(dir, "gpu_turnstile", "holds", "default", id+".json"))
-	var rec savedHold
+	var rec store.HoldRecord
 	json.Unmarshal(data, &rec)
 	// ttl stays the lease a renewal without one gets; the renewal moved
 	// the end.

@@ -1,7 +1,10 @@
 package turnstile
 
 import (
+	"context"
+	"errors"
 	"net/http"
+	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
@@ -24,16 +27,21 @@ const waitBodyLimit = 8 << 20
 func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	ts := h.ts
 	// Fast path: the GPU is free for LLM use; no buffering, no allocation.
-	if ts.TryLLM() {
+	// With vram_admission the model a request names is read first.
+	if !ts.MemoryAware() && ts.TryLLM() {
 		ts.metrics.waitLLM.Observe(0)
-		return ts.proxyLLM(w, r, next)
+		return ts.proxyLLM(w, r, next, nil)
 	}
-	if h.DuringJob != "" && ts.ImageJobRunning() {
+	held := ts.TryLLM()
+	if !held && h.DuringJob != "" && ts.ImageJobRunning() {
 		return h.serveDuringJob(w, r, next)
 	}
 	c := ts.cfg()
 	wait, ok := ts.LLMWait(c.Reject, c.LLMWait)
-	if !ok {
+	switch {
+	case held:
+		wait = c.LLMWait // bounds the body's reading, and a wait for memory
+	case !ok:
 		ts.metrics.busyReject.Inc()
 		return ts.writeBusy(w, r, c, 0)
 	}
@@ -42,27 +50,66 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 	deadline := admit.Arrival(r).Add(wait)
 	ticket, err := ts.budget.Admit(w, r, c.Limits(waitBodyLimit, ts.log()), deadline)
 	if err != nil {
+		if held {
+			ts.ReleaseLLM()
+		}
 		return ts.notAdmitted(w, r, c, nil, err, deadline)
 	}
 	defer ticket.Done()
-	waited, err := ts.WaitLLM(gpu.WithWaiter(r.Context(), ticket.Waiter(r, true)), deadline, ticket.StopWaiting)
+	ctx := gpu.WithWaiter(r.Context(), ticket.Waiter(r, true))
+	if !held {
+		waited, err := ts.WaitLLM(ctx, deadline, ticket.StopWaiting)
+		if err != nil {
+			return ts.notAdmitted(w, r, c, nil, err, deadline)
+		}
+		ts.metrics.waitLLM.Observe(waited.Seconds())
+	}
+	if !ts.MemoryAware() {
+		return ts.proxyLLM(w, r, next, nil)
+	}
+	return ts.admitModel(ctx, w, r, next, c, ticket.Waiter(r, true).Model, deadline)
+}
+
+// admitModel serves an LLM request, for which a shared place is held,
+// once the card's memory has room for its model (vram_admission).
+func (ts *turnstile) admitModel(ctx context.Context, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, c *config, model string, deadline time.Time) error {
+	adm, err := ts.AdmitModel(ctx, model, deadline, c.Reject)
+	if timedOut := errors.Is(err, gpu.ErrWaitTimeout); timedOut || errors.Is(err, gpu.ErrNoMemory) {
+		ts.metrics.busyVRAM.Inc()
+		var waited time.Duration
+		if timedOut {
+			waited = c.LLMWait
+			admit.CloseAfter(w, r)
+		}
+		busy := httpapi.Busy(c.BusyStatus, ts.MemoryCause(model), waited, retryAfterSeconds(ts.retryAfter(c)))
+		httpapi.Write(w, httpapi.ShapeOf(route.CleanPath(r), ""), busy)
+		return nil
+	}
 	if err != nil {
 		return ts.notAdmitted(w, r, c, nil, err, deadline)
 	}
-	ts.metrics.waitLLM.Observe(waited.Seconds())
-	return ts.proxyLLM(w, r, next)
+	return ts.proxyLLM(w, r, next, adm)
 }
 
 // proxyLLM calls next with the shared place the request holds, and gives
 // it back however next ends. reverse_proxy aborts the handler with a
 // panic when the answer cannot be copied to a client that has gone: that
 // too is an abnormal end, after which the next emptying of the LLM
-// engines is confirmed more strictly.
-func (ts *turnstile) proxyLLM(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+// engines is confirmed more strictly. adm, if not nil, is told how the
+// answer went.
+func (ts *turnstile) proxyLLM(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, adm *gpu.Admission) error {
 	returned := false
+	var out *admit.Outcome
+	if adm != nil {
+		out = &admit.Outcome{ResponseWriter: w}
+		w = out
+	}
 	defer func() {
 		if !returned {
 			ts.NoteLLMEnd(r.Context(), gpu.ErrAnswerCut)
+		}
+		if adm != nil {
+			adm.Done(out.Result())
 		}
 		ts.ReleaseLLM()
 	}()

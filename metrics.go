@@ -57,7 +57,7 @@ var (
 
 	busyAnswers = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gpu_turnstile_busy_total",
-		Help: "Requests answered busy, by reason (reject: reject mode; timeout: llm_wait_timeout passed; overload: wait_buffer_limit or max_waiting reached, LLM and image requests).",
+		Help: "Requests answered busy, by reason (reject: reject mode; timeout: llm_wait_timeout passed; overload: wait_buffer_limit or max_waiting reached, LLM and image requests; vram: too little free video memory for the model, vram_admission).",
 	}, []string{"turnstile", "reason"})
 
 	holdEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -92,6 +92,8 @@ var (
 		"External holds that own the GPU now.", []string{"turnstile"}, nil)
 	waitBufferDesc = prometheus.NewDesc("gpu_turnstile_wait_buffer_bytes",
 		"Request body bytes held in memory for requests waiting for the GPU.", []string{"turnstile"}, nil)
+	vramFreeDesc = prometheus.NewDesc("gpu_turnstile_vram_free_bytes",
+		"The card's free video memory at the last reading (vram_admission).", []string{"turnstile"}, nil)
 	waitBufferLimitDesc = prometheus.NewDesc("gpu_turnstile_wait_buffer_limit_bytes",
 		"wait_buffer_limit: the most request body bytes waiting requests may hold.", []string{"turnstile"}, nil)
 )
@@ -100,7 +102,7 @@ var (
 type stateCollector struct{}
 
 func (stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{stateDesc, inflightDesc, pendingDesc, waitingDesc, holdsDesc, waitBufferDesc, waitBufferLimitDesc} {
+	for _, d := range []*prometheus.Desc{stateDesc, inflightDesc, pendingDesc, waitingDesc, holdsDesc, waitBufferDesc, waitBufferLimitDesc, vramFreeDesc} {
 		ch <- d
 	}
 }
@@ -125,6 +127,9 @@ func (stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(holdsDesc, float64(len(st.Holds)))
 		gauge(waitBufferDesc, float64(st.WaitBuffer.Bytes))
 		gauge(waitBufferLimitDesc, float64(st.WaitBuffer.Limit))
+		if st.VRAM != nil && st.VRAM.ReadAt != nil {
+			gauge(vramFreeDesc, float64(st.VRAM.FreeBytes))
+		}
 		return true
 	})
 }
@@ -167,7 +172,7 @@ type turnstileMetrics struct {
 	name                         string
 	waitLLM, waitImage, waitHold prometheus.Observer
 	busyReject, busyTimeout      prometheus.Counter
-	busyOverload                 prometheus.Counter
+	busyOverload, busyVRAM       prometheus.Counter
 	misrouted                    prometheus.Counter
 	upstreamErrors               *prometheus.CounterVec
 }
@@ -181,6 +186,7 @@ func newTurnstileMetrics(name string) *turnstileMetrics {
 		busyReject:     busyAnswers.WithLabelValues(name, "reject"),
 		busyTimeout:    busyAnswers.WithLabelValues(name, "timeout"),
 		busyOverload:   busyAnswers.WithLabelValues(name, "overload"),
+		busyVRAM:       busyAnswers.WithLabelValues(name, "vram"),
 		misrouted:      misrouted.WithLabelValues(name),
 		upstreamErrors: upstreamErrors,
 	}

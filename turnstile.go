@@ -26,6 +26,7 @@ import (
 
 	tcfg "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/store"
 )
 
 func init() {
@@ -99,7 +100,10 @@ func (a *App) Provision(ctx caddy.Context) error {
 		if err != nil {
 			return fmt.Errorf("gpu_turnstile %s: %v", name, err)
 		}
-		c.GPU.HoldStore = newHoldStore(ctx.Storage(), name)
+		c.GPU.HoldStore = store.NewHolds(ctx.Storage(), name)
+		if c.GPU.Memory != nil {
+			c.GPU.Memory.Store = store.NewFootprints(ctx.Storage())
+		}
 		a.configs[name] = c
 		ts, _, err := turnstiles.LoadOrNew(name, func() (caddy.Destructor, error) {
 			return newTurnstile(name), nil

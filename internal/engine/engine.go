@@ -131,3 +131,21 @@ type Watch interface {
 	// connection reported it.
 	QueueRemaining() (n int, known bool)
 }
+
+// Sizer is an LLM engine that reports the memory each loaded model takes,
+// which memory-aware admission learns footprints from (Ollama's /api/ps).
+type Sizer interface {
+	// Residents lists the models loaded now with their sizes.
+	Residents(ctx context.Context) ([]Resident, error)
+	// EvictsIdle reports whether the engine unloads its own idle models
+	// to make room for another it is asked for (Ollama does): their
+	// memory counts as available to that engine.
+	EvictsIdle() bool
+}
+
+// Resident is a model loaded on an engine.
+type Resident struct {
+	Model string
+	Size  int64 // bytes the model takes in all
+	VRAM  int64 // of which on the GPU: less than Size when partly offloaded
+}

@@ -38,8 +38,9 @@ type activity struct {
 
 // waiter is a request waiting for the GPU.
 type waiter struct {
-	kind  lock.State
-	since time.Time
+	kind       lock.State
+	since      time.Time
+	waitingFor string // "vram" for a request that waits for memory, not for the lock
 	Waiter
 }
 
@@ -59,6 +60,9 @@ type WaiterStatus struct {
 	Path  string    `json:"path,omitempty"`
 	Model string    `json:"model,omitempty"`
 	Owner string    `json:"owner,omitempty"`
+	// WaitingFor is "vram" for a request that waits for video memory
+	// (vram_admission) rather than for the lock.
+	WaitingFor string `json:"waiting_for,omitempty"`
 }
 
 // maxWaitersShown bounds the waiters the status lists: the oldest are the
@@ -81,13 +85,19 @@ func waiterFrom(ctx context.Context) Waiter {
 // wait records a request that starts to wait for the GPU; the returned
 // func records the end of its wait.
 func (g *GPU) wait(ctx context.Context, kind lock.State, since time.Time) (done func()) {
+	return g.waitFor(ctx, kind, since, "")
+}
+
+// waitFor is wait for a request that waits for what (see
+// WaiterStatus.WaitingFor).
+func (g *GPU) waitFor(ctx context.Context, kind lock.State, since time.Time, what string) (done func()) {
 	g.mu.Lock()
 	g.act.lastID++
 	id := g.act.lastID
 	if g.act.waiters == nil {
 		g.act.waiters = map[uint64]waiter{}
 	}
-	g.act.waiters[id] = waiter{kind: kind, since: since, Waiter: waiterFrom(ctx)}
+	g.act.waiters[id] = waiter{kind: kind, since: since, waitingFor: what, Waiter: waiterFrom(ctx)}
 	g.touch()
 	g.mu.Unlock()
 	return func() { g.update(func() { delete(g.act.waiters, id) }) }
@@ -117,7 +127,7 @@ func (a *activity) waiterList() []WaiterStatus {
 	out := make([]WaiterStatus, len(ids))
 	for i, id := range ids {
 		w := a.waiters[id]
-		out[i] = WaiterStatus{Kind: w.kind.String(), Since: w.since, Path: w.Path, Model: w.Model, Owner: w.Owner}
+		out[i] = WaiterStatus{Kind: w.kind.String(), Since: w.since, Path: w.Path, Model: w.Model, Owner: w.Owner, WaitingFor: w.waitingFor}
 	}
 	return out
 }

@@ -180,6 +180,7 @@ func (g *GPU) Apply(c *Config, log *zap.Logger) {
 	first := !g.started
 	g.started = true
 	g.watchPresence(c)
+	g.watchMemory(c)
 	g.touch()
 	g.mu.Unlock()
 	switch {

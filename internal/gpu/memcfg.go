@@ -23,6 +23,12 @@ type MemoryConfig struct {
 	// CoResident are the models that may run beside an image job when
 	// they fit (co_resident).
 	CoResident []string
+	// EnginePIDs returns the LLM engines' processes and their
+	// descendants (presence.EnginePIDs over their ports), whose memory
+	// nvidia-smi shows per process: a footprint is learned from it where
+	// the engine does not report one. Nil: learned from engines' reports
+	// only.
+	EnginePIDs func(ctx context.Context) (map[int32]bool, error)
 	// Store keeps the learned footprints across restarts; nil keeps them
 	// in memory only.
 	Store FootprintStore

@@ -32,6 +32,7 @@ type state struct {
 	recheck  chan struct{}             // closed to have the watches look again (recheckDirect)
 	act      activity                  // what holds or waits for the GPU (activity.go)
 	runs     map[string]*engineRun     // the engines' records, by name (engines.go)
+	mem      memState                  // the card's memory, for vram_admission (memory.go)
 
 	// releasing is the use giving the GPU back, while it does: the Free
 	// effect that may run then is a step of its trace. (A waiter granted

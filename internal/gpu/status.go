@@ -40,6 +40,8 @@ type Status struct {
 	Presence  []PresenceStatus          `json:"presence,omitempty"` // the hold_while conditions
 	Engines   []EngineStatus            `json:"engines"`
 	Upstreams map[string]UpstreamStatus `json:"upstreams"`
+	// VRAM is the card's memory, with vram_admission only.
+	VRAM *VRAMStatus `json:"vram,omitempty"`
 }
 
 // EngineStatus is what is known of one engine.
@@ -132,6 +134,9 @@ func (g *GPU) statusLocked(snap lock.Snapshot, now time.Time) Status {
 	st.Engines = g.enginesLocked(c)
 	if c != nil {
 		g.upstreamsLocked(c, st.Upstreams)
+	}
+	if c != nil && c.Memory != nil {
+		st.VRAM = g.mem.statusLocked(c.Memory, now)
 	}
 	return st
 }

@@ -51,6 +51,21 @@ func (o *Engine) Loaded(ctx context.Context) ([]string, error) {
 	return names, err
 }
 
+// Residents implements engine.Sizer through /api/ps: size is the
+// model's whole size, size_vram the part on the GPU.
+func (o *Engine) Residents(ctx context.Context) ([]engine.Resident, error) {
+	models, err := o.c.PS(ctx)
+	out := make([]engine.Resident, len(models))
+	for i, m := range models {
+		out[i] = engine.Resident{Model: m.Name, Size: m.Size, VRAM: m.SizeVRAM}
+	}
+	return out, err
+}
+
+// EvictsIdle implements engine.Sizer: Ollama unloads idle models to make
+// room for one it is asked to load.
+func (o *Engine) EvictsIdle() bool { return true }
+
 // Warm implements engine.LLM.
 func (o *Engine) Warm(ctx context.Context, model string) error { return o.c.Warm(ctx, model, "") }
 
@@ -172,4 +187,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-var _ engine.LLM = (*Engine)(nil)
+var (
+	_ engine.LLM   = (*Engine)(nil)
+	_ engine.Sizer = (*Engine)(nil)
+)

@@ -1,4 +1,8 @@
-package turnstile
+// Package store keeps what a GPU must not forget across restarts of Caddy
+// in Caddy's storage (the global `storage` option; by default Caddy's
+// data directory): the external holds, and the models' learned
+// footprints.
+package store
 
 import (
 	"context"
@@ -15,24 +19,25 @@ import (
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 )
 
-// holdStore keeps one turnstile's holds in Caddy's storage (the global
+// Holds keeps one turnstile's holds in Caddy's storage (the global
 // `storage` option; by default Caddy's data directory), one record per
 // hold under gpu_turnstile/holds/<turnstile>/<id>.json, so that a hold
 // survives a restart of Caddy until its ttl runs out.
-type holdStore struct {
+type Holds struct {
 	storage certmagic.Storage
 	prefix  string // gpu_turnstile/holds/<turnstile>
 }
 
-// holdStoreTimeout bounds each storage operation.
-const holdStoreTimeout = 10 * time.Second
+// timeout bounds each storage operation.
+const timeout = 10 * time.Second
 
-func newHoldStore(storage certmagic.Storage, turnstile string) *holdStore {
-	return &holdStore{storage: storage, prefix: path.Join("gpu_turnstile", "holds", turnstile)}
+// NewHolds returns the store of the holds of the named turnstile.
+func NewHolds(storage certmagic.Storage, turnstile string) *Holds {
+	return &Holds{storage: storage, prefix: path.Join("gpu_turnstile", "holds", turnstile)}
 }
 
-// savedHold is a hold's record in the storage.
-type savedHold struct {
+// HoldRecord is a hold's record in the storage.
+type HoldRecord struct {
 	ID        string    `json:"id"`
 	Turnstile string    `json:"turnstile"`
 	Owner     string    `json:"owner"`
@@ -41,23 +46,23 @@ type savedHold struct {
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
-func (s *holdStore) key(id string) string { return s.prefix + "/" + id + ".json" }
+func (s *Holds) key(id string) string { return s.prefix + "/" + id + ".json" }
 
 // Save implements gpu.HoldStore.
-func (s *holdStore) Save(h gpu.SavedHold) error {
-	data, err := json.Marshal(savedHold{ID: h.ID, Turnstile: path.Base(s.prefix), Owner: h.Owner,
+func (s *Holds) Save(h gpu.SavedHold) error {
+	data, err := json.Marshal(HoldRecord{ID: h.ID, Turnstile: path.Base(s.prefix), Owner: h.Owner,
 		TTL: h.TTL.String(), Since: h.Since, ExpiresAt: h.ExpiresAt})
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), holdStoreTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	return s.storage.Store(ctx, s.key(h.ID), data)
 }
 
 // Delete implements gpu.HoldStore.
-func (s *holdStore) Delete(id string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), holdStoreTimeout)
+func (s *Holds) Delete(id string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if err := s.storage.Delete(ctx, s.key(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
@@ -67,8 +72,8 @@ func (s *holdStore) Delete(id string) error {
 
 // Load implements gpu.HoldStore. A record that cannot be read is left
 // out (and named in the error only if none can be read).
-func (s *holdStore) Load() ([]gpu.SavedHold, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), holdStoreTimeout)
+func (s *Holds) Load() ([]gpu.SavedHold, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	keys, err := s.storage.List(ctx, s.prefix, false)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -88,7 +93,7 @@ func (s *holdStore) Load() ([]gpu.SavedHold, error) {
 			errs = append(errs, err)
 			continue
 		}
-		var rec savedHold
+		var rec HoldRecord
 		if err := json.Unmarshal(data, &rec); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %v", key, err))
 			continue
@@ -107,4 +112,4 @@ func (s *holdStore) Load() ([]gpu.SavedHold, error) {
 }
 
 // Interface guards
-var _ gpu.HoldStore = (*holdStore)(nil)
+var _ gpu.HoldStore = (*Holds)(nil)

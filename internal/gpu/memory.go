@@ -1,0 +1,335 @@
+package gpu
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/vram"
+)
+
+// memState is what memory-aware admission knows of the card, under g.mu
+// with the rest of the GPU's state.
+type memState struct {
+	watch *memWatch // the running reader; nil while admission is off
+
+	reading vram.Reading // the last good reading
+	readErr error        // the last reading's error, cleared by a good one
+
+	// fps are the learned footprints, by model (footprints.go); loadedFps
+	// is set once the store's have been read.
+	fps       map[string]footprint
+	loadedFps bool
+
+	// resident are the models the LLM engines had loaded at the last
+	// listing, by model; listed is when that listing was taken.
+	resident map[string]residentModel
+	listed   time.Time
+
+	// inflight counts the admitted requests in flight, by model: an
+	// idle model of an engine that evicts is memory that engine can use.
+	inflight map[string]int
+	// pending are the admissions of models that were not loaded, until
+	// a reading shows their memory (footprints admitted but not yet
+	// seen loaded).
+	pending map[uint64]*pendingLoad
+	lastID  uint64
+	// vramWaiting counts the requests waiting for memory: while some do,
+	// each reading signals a change.
+	vramWaiting int
+}
+
+// residentModel is a model loaded on an LLM engine.
+type residentModel struct {
+	engine string
+	vram   int64 // its bytes on the GPU; 0 where the engine does not say
+	evicts bool  // its engine unloads it to make room (Ollama)
+}
+
+// pendingLoad is an admission of a model that was not loaded.
+type pendingLoad struct {
+	model string
+	bytes int64 // its footprint; unknown (-1) reserves all that is free
+	ended time.Time
+	seen  time.Time // when a listing first showed it loaded
+	// base is the engines' processes' memory when it was admitted, and
+	// peak the most seen since, for learning a footprint from nvidia-smi.
+	base, peak int64
+	measured   bool // base was read
+}
+
+// memWatch is the reader of one card's memory.
+type memWatch struct {
+	key  string // what the reader was started with
+	stop context.CancelFunc
+}
+
+// unknownBytes marks a pending load whose footprint is unknown.
+const unknownBytes = -1
+
+// staleAfter is how many poll intervals old a reading may be before
+// admission falls back to the whole-card rules.
+const staleAfter = 3
+
+// watchMemory starts, restarts or stops the reader of the card's memory
+// as c asks; g.mu is held.
+func (g *GPU) watchMemory(c *Config) {
+	m := &g.mem
+	mc := c.Memory
+	key := ""
+	if mc != nil {
+		key = fmt.Sprintf("%s %d %v", mc.SMIPath, mc.Index, mc.Poll)
+	}
+	if m.watch != nil && m.watch.key == key {
+		return
+	}
+	if m.watch != nil {
+		m.watch.stop()
+		m.watch = nil
+	}
+	if mc == nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(g.ctx)
+	m.watch = &memWatch{key: key, stop: cancel}
+	g.spawnLocked(func() {
+		vram.Stream(ctx, mc.SMIPath, mc.Index, mc.Poll, func(r vram.Reading, err error) {
+			g.onReading(ctx, r, err)
+		})
+	})
+}
+
+// onReading takes in one reading of the card: it lists what the LLM
+// engines hold, learns footprints, and lets waiters look again.
+func (g *GPU) onReading(ctx context.Context, r vram.Reading, err error) {
+	c := g.cfg()
+	if c == nil || c.Memory == nil {
+		return
+	}
+	if err != nil {
+		g.update(func() {
+			if g.mem.readErr == nil {
+				g.log().Warn("video memory unreadable: admission falls back to the whole-card rules", zap.Error(err))
+			}
+			g.mem.readErr = err
+		})
+		return
+	}
+	g.loadFootprints(ctx, c.Memory, r.UUID)
+	res, sized := g.listResidents(ctx, c)
+	procs := g.engineMemory(ctx, c)
+	var save []byte
+	g.mu.Lock()
+	m := &g.mem
+	changed := m.readErr != nil || m.vramWaiting > 0
+	m.readErr = nil
+	m.reading = r
+	if res != nil {
+		changed = changed || !sameResidents(m.resident, res)
+		m.resident, m.listed = res, r.At
+	}
+	learned := g.learnLocked(c.Memory, sized, procs, r.At)
+	if learned {
+		save = encodeFootprints(m.fps)
+	}
+	if changed || learned {
+		g.touch()
+	}
+	g.mu.Unlock()
+	if save != nil {
+		g.saveFootprints(ctx, c.Memory, r.UUID, save)
+	}
+}
+
+// listResidents lists the models each LLM engine has loaded, with their
+// sizes where the engine says (sized, by model). Nil if an engine could
+// not be listed: what was known stays.
+func (g *GPU) listResidents(ctx context.Context, c *Config) (res map[string]residentModel, sized []sizedModel) {
+	res = map[string]residentModel{}
+	for _, e := range c.LLMs {
+		lctx, cancel := context.WithTimeout(ctx, c.ProbeTimeout)
+		if s, ok := e.(engine.Sizer); ok {
+			list, err := s.Residents(lctx)
+			cancel()
+			if err != nil {
+				return nil, nil
+			}
+			for _, r := range list {
+				res[r.Model] = residentModel{engine: e.Name(), vram: r.VRAM, evicts: s.EvictsIdle()}
+				sized = append(sized, sizedModel{e.Name(), r})
+			}
+			continue
+		}
+		names, err := e.Loaded(lctx)
+		cancel()
+		if err != nil {
+			return nil, nil
+		}
+		for _, n := range names {
+			res[n] = residentModel{engine: e.Name()}
+		}
+	}
+	return res, sized
+}
+
+// sizedModel is a resident model as an engine that sizes it reports it.
+type sizedModel struct {
+	engine string
+	engine.Resident
+}
+
+func sameResidents(a, b map[string]residentModel) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// engineMemory is what the LLM engines' processes hold on the card now,
+// read only while a footprint is being learned (a model admitted whose
+// footprint is unknown); -1 when it is not read or cannot be.
+func (g *GPU) engineMemory(ctx context.Context, c *Config) int64 {
+	g.mu.Lock()
+	learning := false
+	for _, p := range g.mem.pending {
+		learning = learning || p.bytes == unknownBytes
+	}
+	g.mu.Unlock()
+	if !learning || c.Memory.EnginePIDs == nil {
+		return -1
+	}
+	pctx, cancel := context.WithTimeout(ctx, c.ProbeTimeout)
+	defer cancel()
+	pids, err := c.Memory.EnginePIDs(pctx)
+	if err != nil {
+		return -1
+	}
+	procs, err := vram.Processes(pctx, c.Memory.SMIPath, c.Memory.Index)
+	if err != nil {
+		return -1
+	}
+	var sum int64
+	for pid, b := range procs {
+		if pids[pid] {
+			sum += b
+		}
+	}
+	return sum
+}
+
+// learnLocked learns from a reading taken at: the sizes an engine
+// reports of a model wholly on the GPU, and, for a model being learned,
+// the engines' processes' peak over what they held when it was admitted;
+// where both are known the larger counts (an engine's own estimate may
+// be short of what the driver shows). It drops the pending loads this
+// reading accounts for. It reports whether a footprint changed; g.mu is
+// held.
+func (g *GPU) learnLocked(c *MemoryConfig, sized []sizedModel, procs int64, at time.Time) bool {
+	m := &g.mem
+	changed := false
+	reported := map[string]int64{}
+	for _, s := range sized {
+		if s.VRAM > 0 && s.VRAM == s.Size {
+			reported[s.Model] = s.VRAM
+			if m.learn(c, s.engine, s.Model, s.VRAM, at) {
+				changed = true
+			}
+		}
+	}
+	for id, p := range m.pending {
+		r, loaded := m.resident[p.model]
+		if loaded && p.seen.IsZero() {
+			p.seen = at
+		}
+		if p.bytes == unknownBytes && procs >= 0 {
+			if !p.measured {
+				p.base, p.peak, p.measured = procs, procs, true
+			}
+			p.peak = max(p.peak, procs)
+		}
+		if !loaded || p.ended.IsZero() || !at.After(p.ended) {
+			continue
+		}
+		// Loaded, its request ended before this reading: the reading
+		// shows its memory.
+		if p.bytes == unknownBytes && p.measured && m.learningAlone(id) {
+			if b := max(p.peak-p.base, reported[p.model]); b > 0 && m.learn(c, r.engine, p.model, b, at) {
+				changed = true
+			}
+		}
+		delete(m.pending, id)
+	}
+	return changed
+}
+
+// learningAlone reports whether the pending load id is the only one
+// being learned: the engines' memory then grew for it alone.
+func (m *memState) learningAlone(id uint64) bool {
+	for other, p := range m.pending {
+		if other != id && p.bytes == unknownBytes {
+			return false
+		}
+	}
+	return true
+}
+
+// loadFootprints reads the card's footprints from the store, once.
+func (g *GPU) loadFootprints(ctx context.Context, c *MemoryConfig, card string) {
+	g.mu.Lock()
+	done := g.mem.loadedFps
+	g.mem.loadedFps = true
+	g.mu.Unlock()
+	if done || c.Store == nil {
+		return
+	}
+	sctx, cancel := context.WithTimeout(ctx, restoreTimeout)
+	defer cancel()
+	data, err := c.Store.LoadFootprints(sctx, g.cardKey(card))
+	if err != nil || len(data) == 0 {
+		if err != nil {
+			g.log().Warn("footprints not read from storage", zap.Error(err))
+		}
+		return
+	}
+	fps, err := decodeFootprints(data)
+	if err != nil {
+		g.log().Warn("footprints in storage are unreadable; they are learned again", zap.Error(err))
+		return
+	}
+	g.update(func() {
+		for k, fp := range g.mem.fps { // learned meanwhile: newer
+			fps[k] = fp
+		}
+		g.mem.fps = fps
+	})
+	g.log().Info("footprints read from storage", zap.Int("models", len(fps)))
+}
+
+// saveFootprints writes the learned footprints to the store.
+func (g *GPU) saveFootprints(ctx context.Context, c *MemoryConfig, card string, data []byte) {
+	if c.Store == nil {
+		return
+	}
+	sctx, cancel := context.WithTimeout(ctx, restoreTimeout)
+	defer cancel()
+	if err := c.Store.SaveFootprints(sctx, g.cardKey(card), data); err != nil {
+		g.log().Warn("footprints not saved to storage", zap.Error(err))
+	}
+}
+
+// cardKey is what a card's footprints are kept under: its UUID, or the
+// turnstile's name where the UUID is unknown.
+func (g *GPU) cardKey(uuid string) string {
+	if uuid != "" {
+		return uuid
+	}
+	return g.name
+}

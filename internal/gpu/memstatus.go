@@ -1,0 +1,66 @@
+package gpu
+
+import (
+	"slices"
+	"strings"
+	"time"
+)
+
+// VRAMStatus is the card's memory as memory-aware admission sees it.
+type VRAMStatus struct {
+	TotalBytes   int64      `json:"total_bytes"`
+	FreeBytes    int64      `json:"free_bytes"`
+	ReserveBytes int64      `json:"reserve_bytes"`
+	ReadAt       *time.Time `json:"read_at"` // null until the first reading
+	// Stale is true when the last reading is older than three
+	// vram_poll_intervals (or there is none): admission then follows
+	// the whole-card rules.
+	Stale bool   `json:"stale"`
+	Error string `json:"error,omitempty"` // why the last reading failed
+	// Footprints are what each model takes, configured (model_vram) or
+	// learned.
+	Footprints []FootprintStatus `json:"footprints"`
+	// Loaded are the models the LLM engines hold, as last listed, with
+	// their bytes on the card where the engine says.
+	Loaded []LoadedStatus `json:"loaded"`
+	// PendingBytes are the footprints of models admitted but not yet
+	// seen loaded.
+	PendingBytes int64 `json:"pending_bytes"`
+}
+
+// LoadedStatus is a model an LLM engine holds.
+type LoadedStatus struct {
+	Engine string `json:"engine"`
+	Model  string `json:"model"`
+	Bytes  int64  `json:"bytes,omitempty"`
+	// Inflight counts the admitted requests for it now.
+	Inflight int `json:"inflight"`
+}
+
+// statusLocked is the card's memory as the status shows it; g.mu is
+// held.
+func (m *memState) statusLocked(c *MemoryConfig, now time.Time) *VRAMStatus {
+	st := &VRAMStatus{
+		TotalBytes:   m.reading.Total,
+		FreeBytes:    m.reading.Free,
+		ReserveBytes: c.Reserve,
+		Stale:        m.stale(c, now),
+		Footprints:   m.footprintList(c, m.reading.Total-c.Reserve),
+		Loaded:       make([]LoadedStatus, 0, len(m.resident)),
+	}
+	if !m.reading.At.IsZero() {
+		at := m.reading.At
+		st.ReadAt = &at
+	}
+	if m.readErr != nil {
+		st.Error = m.readErr.Error()
+	}
+	for model, r := range m.resident {
+		st.Loaded = append(st.Loaded, LoadedStatus{Engine: r.engine, Model: model, Bytes: r.vram, Inflight: m.inflight[model]})
+	}
+	slices.SortFunc(st.Loaded, func(a, b LoadedStatus) int { return strings.Compare(a.Model, b.Model) })
+	for _, p := range m.pending {
+		st.PendingBytes += max(p.bytes, 0)
+	}
+	return st
+}
