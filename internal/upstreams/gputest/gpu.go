@@ -5,10 +5,18 @@
 // together, which is the one thing the turnstile exists to prevent. LLM
 // engines may share the GPU with one another (LLM requests share it):
 // ShareAmong declares such a group.
+//
+// The card may also have a memory size (SetMemory). Each occupancy then
+// charges its bytes (OccupyBytes), processes outside every engine take
+// some too (Foreign), and every moment the charges exceed the size is
+// recorded (OverCommits). FakeSMI writes an nvidia-smi that reads the
+// card's memory and its processes. With no size (the default) nothing
+// about memory is checked.
 package gputest
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -20,10 +28,15 @@ type Event struct {
 	Service string // "ollama" or "comfy"
 	What    string // e.g. "load llama3.2:latest", "unload", "job p1 start"
 	Users   int    // the service's occupancy count after this event
+	Used    int64  // the bytes charged on the card after this event
 }
 
 func (e Event) String() string {
-	return fmt.Sprintf("%s %-6s %s (%d)", e.At.Format("15:04:05.000000"), e.Service, e.What, e.Users)
+	s := fmt.Sprintf("%s %-6s %s (%d)", e.At.Format("15:04:05.000000"), e.Service, e.What, e.Users)
+	if e.Used != 0 {
+		s += fmt.Sprintf(" [%s used]", mib(e.Used))
+	}
+	return s
 }
 
 // GPU is a simulated card shared by the fakes. The zero value is not
@@ -33,10 +46,22 @@ type GPU struct {
 	users    map[string]int
 	events   []Event
 	overlaps []string
-	unbidden []string // overlaps at the start of an OccupyUnbidden
+	unbidden []string // overlaps and over-commits at the start of an unbidden use
 	changed  chan struct{}
 	group    map[string]int // the sharing group of a service (ShareAmong); 0: none
 	groups   int
+
+	total       int64         // the card's size (SetMemory); 0: unknown, nothing checked
+	used        int64         // bytes charged now
+	procs       map[int]*proc // the charges by process id
+	overCommits []string      // every moment used exceeded total
+	smi         smiState      // FakeSMI's files and failure modes
+}
+
+// proc is one process's charge on the card, as nvidia-smi lists it.
+type proc struct {
+	name  string
+	bytes int64
 }
 
 // ShareAmong declares services that may occupy the GPU together, as LLM
@@ -65,31 +90,27 @@ func (g *GPU) share(a, b string) bool {
 
 // New returns an empty GPU.
 func New() *GPU {
-	return &GPU{users: map[string]int{}, changed: make(chan struct{})}
+	return &GPU{users: map[string]int{}, changed: make(chan struct{}), procs: map[int]*proc{}}
 }
 
 // Occupy records that service starts using video memory for what (a model
 // load, a job). The returned function records the end of that use; calling
-// it twice is a no-op.
+// it twice is a no-op. It is OccupyBytes with 0 bytes.
 func (g *GPU) Occupy(service, what string) (release func(string)) {
-	g.mu.Lock()
-	g.users[service]++
-	g.record(service, what)
-	for other, n := range g.users {
-		if !g.share(service, other) && n > 0 {
-			g.overlaps = append(g.overlaps, fmt.Sprintf("%s %q while %s held %d", service, what, other, n))
-		}
-	}
-	g.mu.Unlock()
-	var once sync.Once
-	return func(why string) {
-		once.Do(func() {
-			g.mu.Lock()
-			g.users[service]--
-			g.record(service, why)
-			g.mu.Unlock()
-		})
-	}
+	return g.OccupyBytes(service, what, 0)
+}
+
+// OccupyBytes is Occupy for a use that also takes bytes of the card's
+// memory until it is released. The bytes are charged to the test's own
+// process (the fakes run in it), as nvidia-smi would show them.
+func (g *GPU) OccupyBytes(service, what string, bytes int64) (release func(string)) {
+	return g.OccupyProcess(service, what, os.Getpid(), bytes)
+}
+
+// OccupyProcess is OccupyBytes for a fake whose use is held by a process
+// of its own (a runner), charged to pid.
+func (g *GPU) OccupyProcess(service, what string, pid int, bytes int64) (release func(string)) {
+	return g.occupy(service, what, pid, bytes, false)
 }
 
 // OccupyUnbidden is Occupy for a use that nobody asked for, which the
@@ -99,18 +120,51 @@ func (g *GPU) Occupy(service, what string) (release func(string)) {
 // Overlaps. An overlap with anything that starts while it lasts still
 // counts.
 func (g *GPU) OccupyUnbidden(service, what string) (release func(string)) {
-	g.mu.Lock()
-	n := len(g.overlaps)
-	g.mu.Unlock()
-	release = g.Occupy(service, what)
-	g.mu.Lock()
-	g.unbidden = append(g.unbidden, g.overlaps[n:]...)
-	g.overlaps = g.overlaps[:n]
-	g.mu.Unlock()
-	return release
+	return g.OccupyUnbiddenBytes(service, what, 0)
 }
 
-// Unbidden lists the overlaps that unbidden uses caused as they began.
+// OccupyUnbiddenBytes is OccupyUnbidden for a use that takes bytes. An
+// over-commit at its start is the service's own doing too: Unbidden lists
+// it instead of OverCommits.
+func (g *GPU) OccupyUnbiddenBytes(service, what string, bytes int64) (release func(string)) {
+	return g.occupy(service, what, os.Getpid(), bytes, true)
+}
+
+func (g *GPU) occupy(service, what string, pid int, bytes int64, unbidden bool) (release func(string)) {
+	if bytes < 0 {
+		panic(fmt.Sprintf("gputest: %s %q occupies %d bytes", service, what, bytes))
+	}
+	g.mu.Lock()
+	overlaps, overCommits := len(g.overlaps), len(g.overCommits)
+	g.users[service]++
+	g.chargeLocked(pid, "", bytes)
+	g.record(service, what)
+	for other, n := range g.users {
+		if !g.share(service, other) && n > 0 {
+			g.overlaps = append(g.overlaps, fmt.Sprintf("%s %q while %s held %d", service, what, other, n))
+		}
+	}
+	g.overCommitLocked(service, what)
+	if unbidden {
+		g.unbidden = append(g.unbidden, g.overlaps[overlaps:]...)
+		g.unbidden = append(g.unbidden, g.overCommits[overCommits:]...)
+		g.overlaps, g.overCommits = g.overlaps[:overlaps], g.overCommits[:overCommits]
+	}
+	g.mu.Unlock()
+	var once sync.Once
+	return func(why string) {
+		once.Do(func() {
+			g.mu.Lock()
+			g.users[service]--
+			g.chargeLocked(pid, "", -bytes)
+			g.record(service, why)
+			g.mu.Unlock()
+		})
+	}
+}
+
+// Unbidden lists the overlaps (and over-commits) that unbidden uses
+// caused as they began.
 func (g *GPU) Unbidden() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -126,9 +180,10 @@ func (g *GPU) Mark(service, what string) {
 }
 
 func (g *GPU) record(service, what string) {
-	g.events = append(g.events, Event{At: time.Now(), Service: service, What: what, Users: g.users[service]})
+	g.events = append(g.events, Event{At: time.Now(), Service: service, What: what, Users: g.users[service], Used: g.used})
 	close(g.changed)
 	g.changed = make(chan struct{})
+	g.writeSMILocked()
 }
 
 // Users returns how many occupancies the service has now.
