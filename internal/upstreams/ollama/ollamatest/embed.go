@@ -27,7 +27,8 @@ func (s *Server) embed(w http.ResponseWriter, r *http.Request) {
 	}
 	done, err := s.admitRequest(r, name, keepAlive)
 	if err != nil {
-		return // client gone
+		writeLoadError(w, err, false) // or the client has gone
+		return
 	}
 	defer done()
 	s.requests.Add(1)

@@ -25,7 +25,7 @@ func (s *Server) tags(w http.ResponseWriter, r *http.Request) {
 	}
 	tags := []tag{}
 	for n := range s.library {
-		tags = append(tags, tag{n, n, s.opts.SizeVRAM})
+		tags = append(tags, tag{n, n, s.size(n)})
 	}
 	sort.Slice(tags, func(i, j int) bool { return tags[i].Name < tags[j].Name })
 	writeJSON(w, 200, map[string]any{"models": tags})
@@ -68,9 +68,9 @@ func (s *Server) ps(w http.ResponseWriter, r *http.Request) {
 			continue // a loading model is not listed (llama.cpp runner)
 		}
 		list = append(list, map[string]any{
-			"name": m.name, "model": m.name, "size": s.opts.SizeVRAM, "digest": "sha256:fake",
+			"name": m.name, "model": m.name, "size": m.size, "digest": "sha256:fake",
 			"details":    map[string]string{"format": "gguf", "family": "llama"},
-			"expires_at": m.expires.UTC().Format(time.RFC3339Nano), "size_vram": s.opts.SizeVRAM,
+			"expires_at": m.expires.UTC().Format(time.RFC3339Nano), "size_vram": m.vram,
 			"context_length": 4096,
 		})
 	}

@@ -17,8 +17,12 @@ type model struct {
 	ready     chan struct{} // closed when loaded
 	abort     chan struct{} // closed when the load is aborted
 	gone      chan struct{} // closed when the runner has exited
+	size      int64         // the model's size (/api/ps size)
+	vram      int64         // the part of it on the GPU (/api/ps size_vram)
+	loadErr   error         // the load failed (Options.OOM); set before ready closes
 	loaded    bool
 	unloading bool          // the runner is exiting
+	evicting  bool          // unloaded to make room for another model
 	unloadReq bool          // an unload waits for the model's requests
 	refs      int           // requests accepted on the model, queued or running
 	slots     chan struct{} // OLLAMA_NUM_PARALLEL places
@@ -44,6 +48,10 @@ func (s *Server) use(ctx context.Context, name string, keepAlive *time.Duration)
 		s.leave(m, false)
 		return nil, ctx.Err()
 	}
+	if m.loadErr != nil {
+		s.leave(m, false)
+		return nil, m.loadErr
+	}
 	select {
 	case m.slots <- struct{}{}:
 	default:
@@ -61,12 +69,20 @@ func (s *Server) use(ctx context.Context, name string, keepAlive *time.Duration)
 
 // admit finds or starts the model's runner and counts the request on it.
 // A runner that is exiting is waited for: the request loads a new one.
+// So is a model that Ollama unloads to make room for this one.
 func (s *Server) admit(ctx context.Context, name string, keepAlive *time.Duration) (*model, error) {
 	for {
 		s.mu.Lock()
 		m := s.models[name]
-		if m != nil && m.unloading {
-			gone := m.gone
+		var wait *model
+		switch {
+		case m != nil && (m.unloading || m.evicting):
+			wait = m
+		case m == nil:
+			wait = s.makeRoomLocked(name)
+		}
+		if wait != nil {
+			gone := wait.gone
 			s.mu.Unlock()
 			select {
 			case <-gone:
@@ -76,7 +92,11 @@ func (s *Server) admit(ctx context.Context, name string, keepAlive *time.Duratio
 			}
 		}
 		if m == nil {
-			m = s.loadLocked(name)
+			var err error
+			if m, err = s.loadLocked(name); err != nil {
+				s.mu.Unlock()
+				return nil, err
+			}
 		}
 		if m.timer != nil {
 			m.timer.Stop()
@@ -99,12 +119,18 @@ func (s *Server) admit(ctx context.Context, name string, keepAlive *time.Duratio
 
 // loadLocked starts a runner for name. Its memory is in use from the
 // first moment, though /api/ps lists the model only once it has loaded.
-func (s *Server) loadLocked(name string) *model {
+// It fails if the model's part offloaded to the CPU exceeds the system
+// memory (see placeLocked).
+func (s *Server) loadLocked(name string) (*model, error) {
 	m := &model{
 		name: name, ready: make(chan struct{}), abort: make(chan struct{}), gone: make(chan struct{}),
 		slots: make(chan struct{}, s.opts.Parallel), keepAlive: defaultKeepAlive,
 	}
-	m.runner = s.startRunner(name)
+	var err error
+	if m.size, m.vram, err = s.placeLocked(name); err != nil {
+		return nil, err
+	}
+	m.runner = s.startRunner(name, m.vram)
 	s.models[name] = m
 	go func() {
 		t := time.NewTimer(s.opts.LoadDelay)
@@ -115,16 +141,21 @@ func (s *Server) loadLocked(name string) *model {
 			return
 		}
 		s.mu.Lock()
-		defer s.mu.Unlock()
 		if s.killed {
+			s.mu.Unlock()
 			return // the runner finishes loading, orphaned
+		}
+		if s.oom[name] {
+			s.failLoadLocked(m)
+			return
 		}
 		m.loaded = true
 		m.expires = time.Now().Add(m.keepAlive)
 		close(m.ready)
 		s.gpu.Mark("ollama", "ready "+name)
+		s.mu.Unlock()
 	}()
-	return m
+	return m, nil
 }
 
 // leave ends one request's use of a model. served says it had a slot.
@@ -135,7 +166,7 @@ func (s *Server) leave(m *model, served bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m.refs--
-	if m.refs > 0 || s.killed {
+	if m.refs > 0 || s.killed || m.loadErr != nil {
 		return
 	}
 	switch {

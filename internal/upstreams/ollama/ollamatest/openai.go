@@ -27,7 +27,8 @@ func (s *Server) openAI(w http.ResponseWriter, r *http.Request) {
 	}
 	done, err := s.admitRequest(r, name, nil)
 	if err != nil {
-		return // client gone
+		writeLoadError(w, err, true) // or the client has gone
+		return
 	}
 	defer done()
 	s.requests.Add(1)

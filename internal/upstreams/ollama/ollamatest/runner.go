@@ -35,11 +35,19 @@ type runner struct {
 	once    sync.Once
 }
 
-func (s *Server) startRunner(name string) *runner {
-	rn := &runner{s: s, release: s.gpu.Occupy("ollama", "load "+name)}
+// startRunner starts name's runner, which charges bytes to the simulated
+// GPU until it exits: under its own process id with RunnerProcesses (as
+// nvidia-smi lists Ollama's runners), else under the test's.
+func (s *Server) startRunner(name string, bytes int64) *runner {
+	rn := &runner{s: s}
 	if s.opts.RunnerProcesses {
 		rn.spawn(name)
 	}
+	pid := rn.pid()
+	if pid == 0 {
+		pid = os.Getpid()
+	}
+	rn.release = s.gpu.OccupyProcess("ollama", "load "+name, pid, bytes)
 	s.runners[rn] = true
 	return rn
 }

@@ -8,7 +8,10 @@
 // model queue at OLLAMA_NUM_PARALLEL=1, and a killed server leaves its
 // runners behind. Every runner occupies the shared simulated GPU from the
 // start of its load until it exits, so tests can check that the GPU was
-// never shared.
+// never shared, and charges its model's size to it. On a GPU with a size,
+// a model that does not fit makes Ollama unload its other models first,
+// and loads partly offloaded to the CPU when it still does not fit, as
+// Ollama's scheduler does.
 package ollamatest
 
 import (
@@ -38,8 +41,30 @@ type Options struct {
 	Tokens int
 	// TokenDelay is the time between two streamed tokens. Default 2ms.
 	TokenDelay time.Duration
-	// SizeVRAM is the size each loaded model reports. Default 5 GiB.
+	// SizeVRAM is the size of a model that ModelSizes does not list.
+	// Default 5 GiB.
 	SizeVRAM int64
+	// ModelSizes is each model's size (its weights and KV cache, what
+	// /api/ps reports as size), by name as requested or normalised. A
+	// loaded model charges it to the simulated GPU (or, partly
+	// offloaded, the part on the GPU, its size_vram).
+	ModelSizes map[string]int64
+	// MinimumVRAM is what Ollama leaves free on the card beside a model's
+	// layers (ml.DeviceInfo.MinimumMemory: 457 MiB on CUDA), so a model
+	// fits only in size + MinimumVRAM of free memory. It matters only when
+	// the GPU has a size (gputest.GPU.SetMemory). Default 457 MiB;
+	// negative: none.
+	MinimumVRAM int64
+	// SystemMemory is the system memory (free RAM and swap) that the part
+	// of a model offloaded to the CPU may take; a load whose CPU part is
+	// larger fails with Ollama's 500 "model requires more system memory
+	// (X) than is available (Y)". Default 0: unlimited.
+	SystemMemory int64
+	// OOM lists models (as requested or normalised) whose load fails as
+	// a runner's does when cudaMalloc fails: after LoadDelay the runner
+	// exits and the requests waiting for the load get 500
+	// {"error":"llama runner process has terminated: cudaMalloc failed: out of memory"}.
+	OOM map[string]bool
 	// VRAMLag is how long video memory stays in use after a model has
 	// left /api/ps, as with real drivers (up to ~5 s). Default 0.
 	VRAMLag time.Duration
@@ -67,6 +92,8 @@ type Server struct {
 
 	mu      sync.Mutex
 	library map[string]bool
+	sizes   map[string]int64 // Options.ModelSizes, by normalised name
+	oom     map[string]bool  // Options.OOM, by normalised name
 	models  map[string]*model
 	runners map[*runner]bool
 	killed  bool
@@ -115,9 +142,19 @@ func NewUnstarted(gpu *gputest.GPU, opts Options) *Server {
 	if opts.AbortDelay == 0 {
 		opts.AbortDelay = 300 * time.Millisecond
 	}
-	s := &Server{gpu: gpu, opts: opts, library: map[string]bool{}, models: map[string]*model{}, runners: map[*runner]bool{}}
+	if opts.MinimumVRAM == 0 {
+		opts.MinimumVRAM = 457 << 20
+	}
+	s := &Server{gpu: gpu, opts: opts, library: map[string]bool{}, models: map[string]*model{}, runners: map[*runner]bool{},
+		sizes: map[string]int64{}, oom: map[string]bool{}}
 	for _, m := range opts.Models {
 		s.library[ollama.NormalizeName(m)] = true
+	}
+	for m, size := range opts.ModelSizes {
+		s.sizes[ollama.NormalizeName(m)] = size
+	}
+	for m, fails := range opts.OOM {
+		s.oom[ollama.NormalizeName(m)] = fails
 	}
 	s.Server = httptest.NewUnstartedServer(s.routes())
 	return s
@@ -200,6 +237,14 @@ func (s *Server) Loaded() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// size is a model's size: Options.ModelSizes, or SizeVRAM.
+func (s *Server) size(name string) int64 {
+	if n, ok := s.sizes[name]; ok {
+		return n
+	}
+	return s.opts.SizeVRAM
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
