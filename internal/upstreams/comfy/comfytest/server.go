@@ -5,7 +5,8 @@
 // and execution events to the prompt's own client, /free that only sets
 // flags for the worker, /interrupt, /queue and /system_stats, at both /X and
 // /api/X. It occupies the shared simulated GPU from a job's start until a
-// free takes effect.
+// free takes effect, charging Options.ModelBytes for its models and
+// Options.JobBytes at a job's peak.
 package comfytest
 
 import (
@@ -29,8 +30,16 @@ type Options struct {
 	// FreeDelay is how long the worker takes to act on /free once idle.
 	// Default 10ms.
 	FreeDelay time.Duration
-	// ModelBytes is what a job's models reserve. Default 8 GiB.
+	// ModelBytes is what a job's models keep on the GPU after it, until a
+	// free unloads them: charged to the simulated GPU from their load,
+	// and reported as PyTorch's reserved memory (/system_stats,
+	// Reserved). Default 0: nothing charged, and 8 GiB reported.
 	ModelBytes int64
+	// JobBytes is what a job uses at its peak, its models included: from
+	// the job's start to its end ComfyUI's charge on the simulated GPU is
+	// the larger of JobBytes and ModelBytes, then ModelBytes until a
+	// free. Default 0: nothing more than ModelBytes.
+	JobBytes int64
 	// InterruptDelay is how long a job goes on computing after /interrupt
 	// before it stops at its next node or sampler step. Default 200ms
 	// (seconds, on real servers).
@@ -64,6 +73,7 @@ type Server struct {
 	sockets  map[*socket]bool
 	reserved int64         // bytes PyTorch reserves (models loaded)
 	release  func(string)  // GPU occupancy while models are loaded
+	working  func(string)  // the running job's memory beyond its models (JobBytes)
 	freeFlag bool          // /free was called, the worker has not acted yet
 	wake     chan struct{} // wakes the worker
 	epoch    int           // bumped by Restart, to abandon running work
@@ -112,9 +122,6 @@ func NewUnstarted(gpu *gputest.GPU, opts Options) *Server {
 	}
 	if opts.FreeDelay == 0 {
 		opts.FreeDelay = 10 * time.Millisecond
-	}
-	if opts.ModelBytes == 0 {
-		opts.ModelBytes = 8 << 30
 	}
 	if opts.InterruptDelay == 0 {
 		opts.InterruptDelay = 200 * time.Millisecond
@@ -214,6 +221,10 @@ func (s *Server) Restart() {
 	if s.release != nil {
 		s.release("process exit")
 		s.release = nil
+	}
+	if s.working != nil {
+		s.working("process exit")
+		s.working = nil
 	}
 	s.mu.Unlock()
 	s.gpu.Mark("comfy", "restart")

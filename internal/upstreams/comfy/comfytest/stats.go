@@ -12,13 +12,18 @@ func (s *Server) systemStats(w http.ResponseWriter, r *http.Request) {
 		"vram_total": 64 << 30, "vram_free": 48 << 30, "torch_vram_total": 64 << 30, "torch_vram_free": 48 << 30,
 	}
 	if s.opts.Device != "cpu" {
-		ollama := int64(s.gpu.Users("ollama")) * (5 << 30)
 		// vram_free counts PyTorch's reserved-but-unused memory inside
 		// ComfyUI as free (here, a quarter of what its models reserve).
 		idle := reserved / 4
+		vramTotal, vramFree := int64(total), total-reserved-int64(s.gpu.Users("ollama"))*(5<<30)+idle
+		if size := s.gpu.Total(); size > 0 {
+			// A GPU with a size: the card's own free memory, as CUDA
+			// reads it.
+			vramTotal, vramFree = size, min(s.gpu.Free()+idle, size)
+		}
 		device = map[string]any{
 			"name": "cuda:0 Simulated GPU : cudaMallocAsync", "type": "cuda", "index": 0,
-			"vram_total": total, "vram_free": total - reserved - ollama + idle,
+			"vram_total": vramTotal, "vram_free": vramFree,
 			"torch_vram_total": reserved, "torch_vram_free": idle,
 		}
 	}

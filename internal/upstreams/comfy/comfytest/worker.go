@@ -1,6 +1,7 @@
 package comfytest
 
 import (
+	"cmp"
 	"time"
 )
 
@@ -67,8 +68,10 @@ func (s *Server) run(j *job, epoch int) {
 	s.mu.Unlock()
 	s.interrupt.Store(j)
 	s.gpu.Mark("comfy", "job "+j.id+" start")
+	s.occupyWorking(j)
 	msgs, duration := s.sendStart(j, cached)
 	outcome := s.runNodes(j, cached, duration)
+	s.releaseWorking(j)
 	if outcome == "" {
 		return // the server is closing
 	}
@@ -100,10 +103,38 @@ func (s *Server) loadModels(j *job) (cached, alive bool) {
 		return false, false
 	}
 	if s.release == nil {
-		s.release = s.gpu.Occupy("comfy", "load models for "+j.id)
-		s.reserved = s.opts.ModelBytes
+		s.release = s.gpu.OccupyBytes("comfy", "load models for "+j.id, s.opts.ModelBytes)
+		s.reserved = cmp.Or(s.opts.ModelBytes, defaultReserved)
 	}
 	return s.cache[string(j.prompt)], true
+}
+
+// defaultReserved is the reserved memory reported when Options.ModelBytes
+// is not set.
+const defaultReserved = 8 << 30
+
+// occupyWorking charges what the job uses beyond its models, from its
+// start (Options.JobBytes).
+func (s *Server) occupyWorking(j *job) {
+	extra := s.opts.JobBytes - s.opts.ModelBytes
+	if extra <= 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running == j && s.working == nil {
+		s.working = s.gpu.OccupyBytes("comfy", "working memory of "+j.id, extra)
+	}
+}
+
+// releaseWorking gives back the job's working memory at its end.
+func (s *Server) releaseWorking(j *job) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.working != nil {
+		s.working("working memory of " + j.id + " given back")
+		s.working = nil
+	}
 }
 
 // sendStart sends execution_start and execution_cached, and returns them
