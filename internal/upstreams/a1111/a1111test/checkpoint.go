@@ -72,7 +72,7 @@ func (s *Server) loadCheckpoint(title, why string) bool {
 	old := s.ckpt
 	s.ckpt.title, s.ckpt.where = title, onGPU
 	if s.ckpt.release == nil {
-		s.ckpt.release = s.gpu.Occupy(service, "checkpoint on GPU: "+title+" ("+why+")")
+		s.ckpt.release = s.gpu.OccupyBytes(service, "checkpoint on GPU: "+title+" ("+why+")", s.opts.ModelBytes)
 	} else if old.title != title {
 		s.gpu.Mark(service, "switch checkpoint "+old.title+" to "+title+" ("+why+")")
 	}

@@ -59,11 +59,16 @@ func (s *Server) memory(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	reserved, peak := s.reservedLocked(), s.peak
 	s.mu.Unlock()
-	used := min(int64(cudaContext)+reserved+others, deviceTotal)
+	total := int64(deviceTotal)
+	used := min(int64(cudaContext)+reserved+others, total)
+	if size := s.gpu.Total(); size > 0 {
+		// A GPU with a size: the whole card as it is charged.
+		total, used = size, size-s.gpu.Free()
+	}
 	// The caching allocator keeps some of what it reserves unallocated.
 	allocated, allocatedPeak := reserved-reserved/8, peak-peak/8
 	cuda := map[string]any{
-		"system":    map[string]int64{"free": deviceTotal - used, "used": used, "total": deviceTotal},
+		"system":    map[string]int64{"free": total - used, "used": used, "total": total},
 		"active":    map[string]int64{"current": allocated, "peak": allocatedPeak},
 		"allocated": map[string]int64{"current": allocated, "peak": allocatedPeak},
 		"reserved":  map[string]int64{"current": reserved, "peak": peak},

@@ -23,7 +23,7 @@ func (s *Server) Relaunch() {
 	if !s.opts.NotLoadedAtStart {
 		s.mu.Lock()
 		s.ckpt = checkpoint{title: s.option, where: onGPU,
-			release: s.gpu.OccupyUnbidden(service, "checkpoint on GPU: "+s.option+" (loaded at launch)")}
+			release: s.gpu.OccupyUnbiddenBytes(service, "checkpoint on GPU: "+s.option+" (loaded at launch)", s.opts.ModelBytes)}
 		s.notePeakLocked()
 		s.mu.Unlock()
 	}

@@ -69,6 +69,11 @@ type Options struct {
 	// CheckpointBytes is what the checkpoint reserves on the GPU while it
 	// is there. Default 4 GiB.
 	CheckpointBytes int64
+	// ModelBytes is what the checkpoint charges to the simulated GPU
+	// while it is on it (an upscaler's or interrogator's model, on it
+	// for its job only, charges nothing). /memory still reports
+	// CheckpointBytes as reserved. Default 0.
+	ModelBytes int64
 	// ImageBytes is the length of each generated image as the API sends
 	// it (base64). A real 512x512 PNG is some 400 KB of it, enough that
 	// copying the answer to a client that has gone fails part way.
@@ -130,7 +135,7 @@ func NewServer(gpu *gputest.GPU, opts Options) *Server {
 		options: map[string]any{}, state: state{jobTimestamp: "0"}}
 	if !opts.NotLoadedAtStart {
 		s.ckpt = checkpoint{title: s.option, where: onGPU,
-			release: gpu.Occupy(service, "checkpoint on GPU: "+s.option+" (loaded at start-up)")}
+			release: gpu.OccupyBytes(service, "checkpoint on GPU: "+s.option+" (loaded at start-up)", opts.ModelBytes)}
 		s.notePeakLocked()
 	}
 	s.http = httptest.NewServer(s.downable(s.routes()))

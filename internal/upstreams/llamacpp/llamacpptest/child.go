@@ -64,7 +64,7 @@ func (s *Server) spawnLocked(m *model) {
 	s.tick++
 	s.port++
 	c := &child{m: m, stopping: make(chan struct{}), exited: make(chan struct{})}
-	c.release = s.gpu.Occupy(service, "load "+m.id)
+	c.release = s.gpu.OccupyBytes(service, "load "+m.id, s.opts.ModelBytes)
 	m.child, m.status, m.lastUsed, m.port = c, statusLoading, s.tick, s.port
 	s.changedLocked()
 	go s.runChild(c)

@@ -82,6 +82,10 @@ type Options struct {
 	// router passes its flags to every child, so in router mode it
 	// applies to each child.
 	SleepIdle time.Duration
+	// ModelBytes is what each loaded model (each child) charges to the
+	// simulated GPU while its memory is in use: from its spawn until it
+	// exits or sleeps, and again from its wake. Default 0.
+	ModelBytes int64
 }
 
 // Server is a running fake llama-server.

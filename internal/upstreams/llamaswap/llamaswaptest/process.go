@@ -92,7 +92,7 @@ func (p *process) startLocked() *start {
 	p.s.starts.Add(1)
 	p.state = stateStarting
 	p.settled, p.abort, p.cut = make(chan struct{}), make(chan struct{}), make(chan struct{})
-	p.release = p.s.gpu.Occupy(service, "load "+p.model)
+	p.release = p.s.gpu.OccupyBytes(service, "load "+p.model, p.s.opts.ModelBytes)
 	st := &start{done: make(chan struct{})}
 	settled, abort := p.settled, p.abort
 	go func() {

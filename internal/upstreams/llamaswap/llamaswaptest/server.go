@@ -67,6 +67,9 @@ type Options struct {
 	// ConcurrencyLimit is how many requests one model takes at once,
 	// waiting or served; more get 429. Default 10, llama-swap's default.
 	ConcurrencyLimit int
+	// ModelBytes is what each model's process charges to the simulated
+	// GPU from its start until it has exited. Default 0.
+	ModelBytes int64
 }
 
 // Server is a running fake llama-swap.

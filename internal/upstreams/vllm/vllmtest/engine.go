@@ -228,7 +228,7 @@ func (e *engine) wakeMemory(tags []string) {
 		e.kvOff = false
 	}
 	if e.release == nil {
-		e.release = e.s.gpu.Occupy(service, "wake")
+		e.release = e.s.gpu.OccupyBytes(service, "wake", e.s.opts.ModelBytes)
 	}
 }
 

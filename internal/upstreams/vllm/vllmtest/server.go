@@ -62,6 +62,11 @@ type Options struct {
 	// JSONSleepAnswer answers /sleep with a JSON body, as some builds do,
 	// instead of an empty one.
 	JSONSleepAnswer bool
+	// ModelBytes is what the engine's memory (weights and KV cache)
+	// charges to the simulated GPU while it is on it: from the start
+	// until a level-1 or level-2 sleep, and again from a wake. Default 0.
+	// (A real sleeping vLLM keeps a few GB; the fake keeps nothing.)
+	ModelBytes int64
 }
 
 // Server is a running fake vLLM.
@@ -99,7 +104,7 @@ func NewServer(gpu *gputest.GPU, opts Options) *Server {
 	}
 	s := &Server{gpu: gpu, opts: opts}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.eng = engine{s: s, running: map[*request]bool{}, changed: make(chan struct{}), release: gpu.Occupy(service, "weights "+opts.Model)}
+	s.eng = engine{s: s, running: map[*request]bool{}, changed: make(chan struct{}), release: gpu.OccupyBytes(service, "weights "+opts.Model, opts.ModelBytes)}
 	s.srv = httptest.NewServer(s.routes())
 	return s
 }
