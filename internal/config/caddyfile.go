@@ -50,6 +50,7 @@ func ParseGlobalOption(d *caddyfile.Dispenser, defined func(name string) bool) (
 	}
 	s := &Settings{}
 	at := blockLines{seen: OptionLines{}, file: d.File()}
+	d.SetContext(modelLinesKey, map[string]int{}) // this block's, not a previous one's
 	for d.NextBlock(0) {
 		if err := at.seen.Once(d); err != nil {
 			return "", nil, err
@@ -101,11 +102,19 @@ func parseDuration(d *caddyfile.Dispenser, opt, v string, dst *caddy.Duration) e
 type OptionLines map[string]int
 
 // repeatable are the options that may be given more than once.
-var repeatable = map[string]bool{"llm": true, "image": true, "hold_while": true, "trusted_origins": true}
+var repeatable = map[string]bool{
+	"llm": true, "image": true, "hold_while": true, "trusted_origins": true,
+	"model_vram": true, "co_resident": true,
+}
 
-// Once fails when the option d is on was given before in the block.
+// Once fails when the option d is on was given before in the block. Of a
+// repeatable option, the first line is kept (a check across options is
+// reported there).
 func (o OptionLines) Once(d *caddyfile.Dispenser) error {
 	if repeatable[d.Val()] {
+		if _, ok := o[d.Val()]; !ok {
+			o[d.Val()] = d.Line()
+		}
 		return nil
 	}
 	if line, dup := o[d.Val()]; dup {

@@ -46,6 +46,7 @@ func durationSettings(s *Settings) map[string]*caddy.Duration {
 		"probe_timeout":          &s.ProbeTimeout,
 		"hold_release_after":     &s.HoldReleaseAfter,
 		"presence_poll_interval": &s.PresencePollInterval,
+		"vram_poll_interval":     &s.VRAMPollInterval,
 	}
 }
 
@@ -90,6 +91,18 @@ var settingParsers = map[string]func(*caddyfile.Dispenser, *Settings) error{
 	"max_waiting": func(d *caddyfile.Dispenser, s *Settings) error {
 		return parseInt(d, 1, 1<<31-1, &s.MaxWaiting, "a whole number >= 1")
 	},
+	"vram_admission": func(d *caddyfile.Dispenser, s *Settings) error {
+		if d.NextArg() {
+			return d.ArgErr()
+		}
+		s.VRAMAdmission = true
+		return nil
+	},
+	"vram_reserve": func(d *caddyfile.Dispenser, s *Settings) error {
+		return parseSize(d, 0, MaxVRAMSize, &s.VRAMReserve, "a size >= 0 (e.g. 2GiB)")
+	},
+	"model_vram":  parseModelVRAM,
+	"co_resident": parseCoResident,
 }
 
 // parseUpstream reads an engine's URL. An empty value (no argument, or an
@@ -277,5 +290,69 @@ func parseHoldWhile(d *caddyfile.Dispenser, s *Settings) error {
 	default:
 		return d.Errf("hold_while: %q is neither process nor gpu_process", args[0])
 	}
+	return nil
+}
+
+// modelLinesKey is the dispenser's context key of the lines of the models
+// model_vram and co_resident name in the block being parsed, so that a
+// model given twice is an error naming both lines.
+const modelLinesKey = "gpu_turnstile.model_lines"
+
+// onceModel fails when option opt named model before in the block.
+func onceModel(d *caddyfile.Dispenser, opt, model, twice string) error {
+	lines, _ := d.GetContext(modelLinesKey).(map[string]int)
+	if lines == nil {
+		lines = map[string]int{}
+		d.SetContext(modelLinesKey, lines)
+	}
+	key := opt + "\x00" + model
+	if line, dup := lines[key]; dup {
+		return d.Errf("%s: model %q %s twice, on lines %d and %d", opt, model, twice, line, d.Line())
+	}
+	lines[key] = d.Line()
+	return nil
+}
+
+// parseModelVRAM reads `model_vram MODEL SIZE`, repeatable, one line per
+// model.
+func parseModelVRAM(d *caddyfile.Dispenser, s *Settings) error {
+	args := d.RemainingArgs()
+	if len(args) != 2 {
+		return d.Errf("model_vram: want `model_vram MODEL SIZE` (e.g. model_vram llama3.1:8b 6GiB)")
+	}
+	model, v := args[0], args[1]
+	if model == "" {
+		return d.Errf("model_vram: empty model name")
+	}
+	n, err := humanize.ParseBytes(v)
+	if err != nil || n < 1 || n > MaxVRAMSize {
+		return d.Errf("model_vram: %s: %q is not a size > 0 (e.g. 6GiB)", model, v)
+	}
+	if err := onceModel(d, "model_vram", model, "given"); err != nil {
+		return err
+	}
+	if s.ModelVRAM == nil {
+		s.ModelVRAM = map[string]int64{}
+	}
+	s.ModelVRAM[model] = int64(n)
+	return nil
+}
+
+// parseCoResident reads `co_resident MODEL...`, repeatable: each line adds
+// its models.
+func parseCoResident(d *caddyfile.Dispenser, s *Settings) error {
+	models := d.RemainingArgs()
+	if len(models) == 0 {
+		return d.Errf("co_resident: name at least one model")
+	}
+	for _, m := range models {
+		if m == "" {
+			return d.Errf("co_resident: empty model name")
+		}
+		if err := onceModel(d, "co_resident", m, "listed"); err != nil {
+			return err
+		}
+	}
+	s.CoResident = append(s.CoResident, models...)
 	return nil
 }

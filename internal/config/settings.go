@@ -147,6 +147,29 @@ type Settings struct {
 	// cap.
 	MaxWaiting int `json:"max_waiting,omitempty"`
 
+	// VRAMAdmission turns memory-aware admission on: an LLM request for
+	// a model that no LLM engine has loaded goes to the GPU only when the
+	// card's free memory, less vram_reserve, covers the model's
+	// footprint. Needs vram_probe nvidia-smi. Off by default.
+	VRAMAdmission bool `json:"vram_admission,omitempty"`
+
+	// VRAMReserve is how many bytes admission keeps free for the desktop,
+	// a game, a display. Default 0; it must be under the card's total.
+	VRAMReserve int64 `json:"vram_reserve,omitempty"`
+
+	// How often the card's memory is read while something waits for it.
+	// Default 1s.
+	VRAMPollInterval caddy.Duration `json:"vram_poll_interval,omitempty"`
+
+	// ModelVRAM are footprints in bytes, by model name, that override what
+	// admission learns. Caddyfile: `model_vram MODEL SIZE`, repeatable.
+	ModelVRAM map[string]int64 `json:"model_vram,omitempty"`
+
+	// CoResident are the models that may run beside an image job when
+	// they fit. Needs vram_admission. Caddyfile: `co_resident MODEL...`,
+	// repeatable.
+	CoResident []string `json:"co_resident,omitempty"`
+
 	PresenceSettings
 }
 

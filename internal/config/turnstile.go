@@ -32,6 +32,7 @@ type Turnstile struct {
 
 	comfy     *comfy.Client // the first ComfyUI engine's, for the comfy VRAM probe; nil if none
 	comfyName string        // that engine's name
+	warnings  []string      // options accepted with no effect (Warnings)
 }
 
 // Validate checks the settings and returns them with defaults filled in
@@ -42,7 +43,7 @@ func Validate(s Settings) (*Turnstile, error) {
 	c := &Turnstile{Settings: s}
 	c.GPU = gpu.Config{WarmModel: s.WarmModel, EarlyUnload: s.EarlyUnload, MaxImageStreak: s.MaxImageStreak, MinFreeVRAM: s.MinFreeVRAM}
 	for _, check := range []func(Settings, *Turnstile) error{
-		validateBusy, validateDurations, validateEngines, validateRoutes, validateLimits, validateVRAM, validateWarm, validatePresence,
+		validateBusy, validateDurations, validateEngines, validateRoutes, validateLimits, validateVRAM, validateMemory, validateWarm, validatePresence,
 	} {
 		if err := check(s, c); err != nil {
 			return nil, err
@@ -52,7 +53,8 @@ func Validate(s Settings) (*Turnstile, error) {
 }
 
 // Locate finds what the settings need on this host, when the config
-// loads: the nvidia-smi executable for vram_probe nvidia-smi and for
+// loads: the nvidia-smi executable for vram_probe nvidia-smi, for
+// vram_admission (and the card's total, for vram_reserve) and for
 // hold_while gpu_process.
 func (c *Turnstile) Locate() error {
 	if p, ok := c.GPU.Probe.(gpu.SMIProbe); ok {
@@ -62,6 +64,9 @@ func (c *Turnstile) Locate() error {
 		}
 		p.Path = path
 		c.GPU.Probe = p
+	}
+	if err := c.locateMemory(); err != nil {
+		return err
 	}
 	c.locatePresence()
 	return nil
