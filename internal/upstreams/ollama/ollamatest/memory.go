@@ -100,17 +100,17 @@ func (s *Server) placeLocked(name string) (size, vram int64, err error) {
 }
 
 // failLoadLocked ends a load whose runner died (Options.OOM): the model is
-// gone, its waiters get the error, and the runner's memory is freed. It
-// unlocks s.mu.
+// gone, the runner's memory is freed, and then its waiters get the error.
+// It unlocks s.mu.
 func (s *Server) failLoadLocked(m *model) {
 	m.loadErr = &loadError{http.StatusInternalServerError, oomMessage}
 	m.unloading = true
 	if s.models[m.name] == m {
 		delete(s.models, m.name)
 	}
-	close(m.ready)
 	s.mu.Unlock()
 	m.runner.exit("load failed " + m.name + ": cudaMalloc failed: out of memory")
+	close(m.ready)
 	close(m.gone)
 }
 

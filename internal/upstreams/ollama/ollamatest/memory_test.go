@@ -103,7 +103,9 @@ func TestWaitsForBusyModelToMakeRoom(t *testing.T) {
 		defer close(busy)
 		post(context.Background(), srv.URL+"/api/generate", `{"model":"llama3.2","prompt":"x"}`)
 	}()
-	waitEvent(t, gpu, "ollama", "request /api/generate llama3.2")
+	for srv.Inflight() == 0 {
+		time.Sleep(time.Millisecond)
+	}
 	loaded := make(chan struct{})
 	go func() {
 		defer close(loaded)

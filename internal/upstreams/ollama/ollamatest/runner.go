@@ -75,11 +75,13 @@ func (rn *runner) spawn(name string) {
 // exit ends the runner: its memory is free and its process gone.
 func (rn *runner) exit(why string) {
 	rn.once.Do(func() {
-		// The memory is free by the time the process is gone, never after.
-		rn.release(why)
+		// The runner is no longer counted by the time its memory is
+		// free (the event tests wait for), and the memory is free by the
+		// time the process is gone, never after.
 		rn.s.mu.Lock()
 		delete(rn.s.runners, rn)
 		rn.s.mu.Unlock()
+		rn.release(why)
 		if rn.cmd != nil {
 			rn.cmd.Process.Kill()
 			rn.cmd.Wait()
