@@ -1,7 +1,11 @@
 package turnstile
 
 import (
+	"bytes"
+	"io"
+
 	tcfg "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
 
 	"context"
@@ -105,5 +109,27 @@ func TestHandlerPathsDoNotAllocate(t *testing.T) {
 		if n := allocsPerRequest(h, r); n != 0 {
 			t.Errorf("%s %s: %v allocations per request in the middleware", tc.method, tc.path, n)
 		}
+	}
+}
+
+// BenchmarkHandlerLLMMemoryAware is BenchmarkHandlerLLM with
+// vram_admission on: the body is read for the model it names before the
+// request goes on (the card's memory is not read here: that happens on
+// the reader's goroutine, not on the request's path).
+func BenchmarkHandlerLLMMemoryAware(b *testing.B) {
+	h := benchHandler(b)
+	h.ts.cfg().GPU.Memory = &gpu.MemoryConfig{}
+	h.ts.TryLLM()
+	body := []byte(`{"model":"llama3.2","messages":[{"role":"user","content":"Why is the sky blue? Answer in one paragraph."}],"stream":true}`)
+	rd := bytes.NewReader(body)
+	r := benchRequest("POST", "/api/chat")
+	r.Body = io.NopCloser(rd)
+	r.ContentLength = int64(len(body))
+	w := httptest.NewRecorder()
+	b.ReportAllocs()
+	for b.Loop() {
+		delete(r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any), handledVar)
+		rd.Reset(body)
+		h.ServeHTTP(w, r, nopNext)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/store"
 )
 
 // launcherHash is bcrypt (cost 4, quick to check) of "launch-secret".

@@ -28,7 +28,8 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 	ts := h.ts
 	// Fast path: the GPU is free for LLM use; no buffering, no allocation.
 	// With vram_admission the model a request names is read first.
-	if !ts.MemoryAware() && ts.TryLLM() {
+	memory := ts.cfg().GPU.Memory != nil
+	if !memory && ts.TryLLM() {
 		ts.metrics.waitLLM.Observe(0)
 		return ts.proxyLLM(w, r, next, nil)
 	}
@@ -64,7 +65,7 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 		}
 		ts.metrics.waitLLM.Observe(waited.Seconds())
 	}
-	if !ts.MemoryAware() {
+	if !memory {
 		return ts.proxyLLM(w, r, next, nil)
 	}
 	return ts.admitModel(ctx, w, r, next, c, ticket.Waiter(r, true).Model, deadline)

@@ -15,7 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/certmagic"
 
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/store"
+	hstore "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/store"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy/comfytest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama/ollamatest"
@@ -95,7 +95,7 @@ func TestHoldStoreBlocksAtStartUp(t *testing.T) {
 	defer release()
 
 	expires := time.Now().Add(time.Minute)
-	rec, _ := json.Marshal(store.HoldRecord{ID: "kept", Turnstile: "gpu0", Owner: "trainer", TTL: "1m", Since: time.Now(), ExpiresAt: expires})
+	rec, _ := json.Marshal(hstore.HoldRecord{ID: "kept", Turnstile: "gpu0", Owner: "trainer", TTL: "1m", Since: time.Now(), ExpiresAt: expires})
 	if err := store.Store(context.Background(), "gpu_turnstile/holds/gpu0/kept.json", rec); err != nil {
 		t.Fatal(err)
 	}

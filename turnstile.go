@@ -136,6 +136,9 @@ func (a *App) Start() error {
 		for cond, why := range c.GPU.PresenceOff {
 			log.Warn(cond+" is "+why, zap.String("condition", cond))
 		}
+		for _, w := range c.Warnings() {
+			log.Warn(w)
+		}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package config
 import (
 	"context"
 	"fmt"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/presence"
 	"maps"
 	"os/exec"
 	"slices"
@@ -75,6 +76,9 @@ func validateMemory(s Settings, c *Turnstile) error {
 	if poll == 0 {
 		poll = defaultVRAMPoll
 	}
+	if len(s.CoResident) > 0 {
+		c.warnings = append(c.warnings, "co_resident is not acted on yet: image jobs still take the whole card")
+	}
 	c.GPU.Memory = &gpu.MemoryConfig{
 		Index:      s.GPUIndex,
 		Reserve:    s.VRAMReserve,
@@ -120,6 +124,11 @@ func (c *Turnstile) locateMemory() error {
 		return fmt.Errorf("vram_admission: nvidia-smi not found in PATH: %v", err)
 	}
 	m.SMIPath = path
+	var llms []string
+	for _, e := range c.GPU.LLMs {
+		llms = append(llms, e.URL())
+	}
+	m.EnginePIDs = presence.EngineProcesses(llms)
 	if m.Reserve == 0 {
 		return nil // nothing to check
 	}

@@ -37,18 +37,28 @@ type FootprintStatus struct {
 // footprintOf returns the model's footprint, configured (model_vram) over
 // learned, and whether one is known; g.mu is held.
 func (m *memState) footprintOf(c *MemoryConfig, model string) (footprint, bool) {
-	if b, ok := c.Models[model]; ok {
+	if b, ok := configured(c, model); ok {
 		return footprint{Model: model, Bytes: b}, true
 	}
 	fp, ok := m.fps[model]
 	return fp, ok
 }
 
+// configured returns the model_vram of model (a key of modelKey), which
+// the config may spell with or without ":latest".
+func configured(c *MemoryConfig, model string) (int64, bool) {
+	if b, ok := c.Models[model]; ok {
+		return b, true
+	}
+	b, ok := c.Models[model+":latest"]
+	return b, ok
+}
+
 // learn records what model was seen to take, unless a footprint is
 // configured for it; it reports whether the table changed. An Alone
 // footprint is replaced only by a reading taken after it was set.
 func (m *memState) learn(c *MemoryConfig, engine, model string, bytes int64, at time.Time) bool {
-	if _, ok := c.Models[model]; ok || bytes <= 0 {
+	if _, ok := configured(c, model); ok || bytes <= 0 {
 		return false
 	}
 	old, ok := m.fps[model]
@@ -99,7 +109,7 @@ func (m *memState) footprintList(c *MemoryConfig, usable int64) []FootprintStatu
 	slices.SortFunc(out, func(a, b FootprintStatus) int { return strings.Compare(a.Model, b.Model) })
 	n := len(out)
 	for _, fp := range m.fps {
-		if _, ok := c.Models[fp.Model]; ok {
+		if _, ok := configured(c, fp.Model); ok {
 			continue
 		}
 		b := fp.Bytes

@@ -82,8 +82,15 @@ func newFixture(t *testing.T, edit func(*Config)) *fixture {
 // newFixtureWith is newFixture with the fake ComfyUI shaped by opts.
 func newFixtureWith(t *testing.T, opts comfytest.Options, edit func(*Config)) *fixture {
 	t.Helper()
-	f := &fixture{m: &recorder{}, card: gputest.New()}
-	f.ollama = ollamatest.NewServer(f.card, ollamatest.Options{})
+	return newFixtureOn(t, gputest.New(), ollamatest.Options{}, opts, edit)
+}
+
+// newFixtureOn is newFixture on card, with the fakes shaped by their
+// options.
+func newFixtureOn(t *testing.T, card *gputest.GPU, oopts ollamatest.Options, opts comfytest.Options, edit func(*Config)) *fixture {
+	t.Helper()
+	f := &fixture{m: &recorder{}, card: card}
+	f.ollama = ollamatest.NewServer(f.card, oopts)
 	f.comfy = comfytest.NewServer(f.card, opts)
 	oc, err := ollama.NewClient(f.ollama.URL, nil)
 	if err != nil {

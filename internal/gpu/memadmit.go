@@ -40,6 +40,7 @@ type Admission struct {
 // deadline. With a nil error the caller holds the place and calls Done;
 // with an error it holds none.
 func (g *GPU) AdmitModel(ctx context.Context, model string, deadline time.Time, reject bool) (*Admission, error) {
+	model = modelKey(model)
 	var stopWaiting func()
 	defer func() {
 		if stopWaiting != nil {
@@ -243,6 +244,7 @@ func isOOM(head []byte) bool {
 
 // MemoryCause says why model waits or is refused, for a busy answer.
 func (g *GPU) MemoryCause(model string) string {
+	model = modelKey(model)
 	c := g.cfg()
 	g.mu.Lock()
 	defer g.mu.Unlock()

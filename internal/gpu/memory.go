@@ -3,6 +3,7 @@ package gpu
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -25,9 +26,8 @@ type memState struct {
 	loadedFps bool
 
 	// resident are the models the LLM engines had loaded at the last
-	// listing, by model; listed is when that listing was taken.
+	// listing, by model.
 	resident map[string]residentModel
-	listed   time.Time
 
 	// inflight counts the admitted requests in flight, by model: an
 	// idle model of an engine that evicts is memory that engine can use.
@@ -54,7 +54,6 @@ type pendingLoad struct {
 	model string
 	bytes int64 // its footprint; unknown (-1) reserves all that is free
 	ended time.Time
-	seen  time.Time // when a listing first showed it loaded
 	// base is the engines' processes' memory when it was admitted, and
 	// peak the most seen since, for learning a footprint from nvidia-smi.
 	base, peak int64
@@ -119,18 +118,24 @@ func (g *GPU) onReading(ctx context.Context, r vram.Reading, err error) {
 		return
 	}
 	g.loadFootprints(ctx, c.Memory, r.UUID)
-	res, sized := g.listResidents(ctx, c)
+	res, failed, sized := g.listResidents(ctx, c)
 	procs := g.engineMemory(ctx, c)
 	var save []byte
 	g.mu.Lock()
 	m := &g.mem
-	changed := m.readErr != nil || m.vramWaiting > 0
+	// A new figure is a change (at most one a poll interval); so is the
+	// end of a failure, and any reading while a request waits for memory.
+	changed := m.readErr != nil || m.vramWaiting > 0 || m.reading.Free != r.Free || m.reading.Total != r.Total ||
+		m.stale(c.Memory, r.At)
 	m.readErr = nil
 	m.reading = r
-	if res != nil {
-		changed = changed || !sameResidents(m.resident, res)
-		m.resident, m.listed = res, r.At
+	for model, r := range m.resident {
+		if failed[r.engine] {
+			res[model] = r // not listed this time: what was known stays
+		}
 	}
+	changed = changed || !sameResidents(m.resident, res)
+	m.resident = res
 	learned := g.learnLocked(c.Memory, sized, procs, r.At)
 	if learned {
 		save = encodeFootprints(m.fps)
@@ -145,19 +150,21 @@ func (g *GPU) onReading(ctx context.Context, r vram.Reading, err error) {
 }
 
 // listResidents lists the models each LLM engine has loaded, with their
-// sizes where the engine says (sized, by model). Nil if an engine could
-// not be listed: what was known stays.
-func (g *GPU) listResidents(ctx context.Context, c *Config) (res map[string]residentModel, sized []sizedModel) {
-	res = map[string]residentModel{}
+// sizes where the engine says (sized); failed are the engines that could
+// not be listed.
+func (g *GPU) listResidents(ctx context.Context, c *Config) (res map[string]residentModel, failed map[string]bool, sized []sizedModel) {
+	res, failed = map[string]residentModel{}, map[string]bool{}
 	for _, e := range c.LLMs {
 		lctx, cancel := context.WithTimeout(ctx, c.ProbeTimeout)
 		if s, ok := e.(engine.Sizer); ok {
 			list, err := s.Residents(lctx)
 			cancel()
 			if err != nil {
-				return nil, nil
+				failed[e.Name()] = true
+				continue
 			}
 			for _, r := range list {
+				r.Model = modelKey(r.Model)
 				res[r.Model] = residentModel{engine: e.Name(), vram: r.VRAM, evicts: s.EvictsIdle()}
 				sized = append(sized, sizedModel{e.Name(), r})
 			}
@@ -166,13 +173,14 @@ func (g *GPU) listResidents(ctx context.Context, c *Config) (res map[string]resi
 		names, err := e.Loaded(lctx)
 		cancel()
 		if err != nil {
-			return nil, nil
+			failed[e.Name()] = true
+			continue
 		}
 		for _, n := range names {
-			res[n] = residentModel{engine: e.Name()}
+			res[modelKey(n)] = residentModel{engine: e.Name()}
 		}
 	}
-	return res, sized
+	return res, failed, sized
 }
 
 // sizedModel is a resident model as an engine that sizes it reports it.
@@ -245,22 +253,19 @@ func (g *GPU) learnLocked(c *MemoryConfig, sized []sizedModel, procs int64, at t
 		}
 	}
 	for id, p := range m.pending {
-		r, loaded := m.resident[p.model]
-		if loaded && p.seen.IsZero() {
-			p.seen = at
-		}
 		if p.bytes == unknownBytes && procs >= 0 {
 			if !p.measured {
 				p.base, p.peak, p.measured = procs, procs, true
 			}
 			p.peak = max(p.peak, procs)
 		}
-		if !loaded || p.ended.IsZero() || !at.After(p.ended) {
+		if p.ended.IsZero() || !at.After(p.ended) {
 			continue
 		}
-		// Loaded, its request ended before this reading: the reading
-		// shows its memory.
-		if p.bytes == unknownBytes && p.measured && m.learningAlone(id) {
+		// Its request ended before this reading, which shows its memory
+		// if it loaded, and none if it did not.
+		r, loaded := m.resident[p.model]
+		if loaded && p.bytes == unknownBytes && p.measured && m.learningAlone(id) {
 			if b := max(p.peak-p.base, reported[p.model]); b > 0 && m.learn(c, r.engine, p.model, b, at) {
 				changed = true
 			}
@@ -332,4 +337,10 @@ func (g *GPU) cardKey(uuid string) string {
 		return uuid
 	}
 	return g.name
+}
+
+// modelKey is the name memory-aware admission keys a model by: Ollama
+// lists "llama3.2" as "llama3.2:latest", which is the same model.
+func modelKey(name string) string {
+	return strings.TrimSuffix(strings.TrimSpace(name), ":latest")
 }

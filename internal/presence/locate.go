@@ -59,3 +59,11 @@ func enginePorts(urls []string) []int {
 	}
 	return ports
 }
+
+// EngineProcesses returns what EnginePIDs finds for the engines at urls:
+// the processes listening on their ports, and those processes'
+// descendants.
+func EngineProcesses(urls []string) func(ctx context.Context) (map[int32]bool, error) {
+	ports := enginePorts(urls)
+	return func(ctx context.Context) (map[int32]bool, error) { return EnginePIDs(ctx, ports) }
+}
