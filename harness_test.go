@@ -106,6 +106,9 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		if o := h.gpu.Overlaps(); len(o) > 0 && !h.overlapExpected {
 			t.Errorf("the GPU was shared:\n%s\ntimeline:\n%s", strings.Join(o, "\n"), gputest.Dump(h.gpu.Events()))
 		}
+		if o := h.gpu.OverCommits(); len(o) > 0 {
+			t.Errorf("the card was over-committed:\n%s\ntimeline:\n%s", strings.Join(o, "\n"), gputest.Dump(h.gpu.Events()))
+		}
 	})
 	return h
 }

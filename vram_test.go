@@ -1,0 +1,127 @@
+package turnstile
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama/ollamatest"
+)
+
+const gib = int64(1) << 30
+
+// vramHarness runs Caddy with vram_admission over a 24 GiB card, read
+// through the fake nvidia-smi on PATH; llama3.2 takes 4 GiB and qwen3:8b
+// 12 GiB when the fake Ollama loads them.
+func vramHarness(t *testing.T, settings string) *harness {
+	t.Helper()
+	return newHarness(t, harnessOptions{
+		ollama:   ollamatest.Options{ModelSizes: map[string]int64{"llama3.2": 4 * gib, "qwen3:8b": 12 * gib}},
+		settings: "vram_probe nvidia-smi\n\t\tvram_admission\n\t\tvram_poll_interval 20ms\n\t\t" + settings,
+		beforeLoad: func(h *harness) {
+			h.gpu.SetMemory(24 * gib)
+			dir := filepath.Dir(h.gpu.FakeSMI(t.TempDir()))
+			t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+		},
+	})
+}
+
+// A foreign process using most of the card lets a chat on a model that
+// fits through, and has one on a model that does not wait, shown waiting
+// for memory, until the foreign use drops. The first chat teaches the
+// small model's footprint.
+func TestVRAMAdmissionBesideAGame(t *testing.T) {
+	h := vramHarness(t, "model_vram qwen3:8b 12GiB")
+	h.waitStatus("a first reading", func(st Status) bool { return st.VRAM != nil && !st.VRAM.Stale })
+	if r := h.post(context.Background(), h.llm+"/api/chat", chatBody("llama3.2", false)); r.status != 200 {
+		t.Fatalf("first chat: %d %s", r.status, r.body)
+	}
+	h.waitStatus("llama3.2 learned", func(st Status) bool {
+		for _, fp := range st.VRAM.Footprints {
+			if fp.Model == "llama3.2" && fp.Bytes == 4*gib && fp.Source == "learned" {
+				return true
+			}
+		}
+		return false
+	})
+
+	game := h.gpu.Foreign("game", 4242, 16*gib)
+	h.waitStatus("the game read", func(st Status) bool { return st.VRAM.FreeBytes == 4*gib })
+	if r := h.post(context.Background(), h.llm+"/api/chat", chatBody("llama3.2", false)); r.status != 200 {
+		t.Fatalf("chat on the loaded small model beside the game: %d %s", r.status, r.body)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	large := h.postAsync(ctx, h.llm+"/api/chat", chatBody("qwen3:8b", false))
+	h.waitStatus("qwen3:8b waiting for memory", func(st Status) bool {
+		return len(st.Waiters) == 1 && st.Waiters[0].WaitingFor == "vram" && st.Waiters[0].Model == "qwen3:8b"
+	})
+	select {
+	case r := <-large:
+		t.Fatalf("qwen3:8b answered beside the game: %d %s", r.status, r.body)
+	default:
+	}
+	game()
+	if r := <-large; r.status != 200 {
+		t.Fatalf("qwen3:8b once the game has gone: %d %s", r.status, r.body)
+	}
+}
+
+// In reject mode a model that does not fit gets the busy answer at once,
+// in Ollama's error shape, naming the model and the memory.
+func TestVRAMAdmissionRejects(t *testing.T) {
+	h := vramHarness(t, "model_vram qwen3:8b 12GiB\n\t\tllm_busy_mode reject\n\t\tllm_busy_status 429")
+	game := h.gpu.Foreign("game", 4242, 20*gib)
+	defer game()
+	h.waitStatus("the game read", func(st Status) bool { return st.VRAM != nil && st.VRAM.FreeBytes == 4*gib })
+	series := `gpu_turnstile_busy_total{reason="vram",turnstile="default"}`
+	before, _ := h.metricIfAny(t, series)
+	r := h.post(context.Background(), h.llm+"/api/chat", chatBody("qwen3:8b", false))
+	if r.status != 429 || !strings.Contains(r.body, `"error":"gpu_turnstile: the GPU is busy with too little free video memory for qwen3:8b`) ||
+		r.header.Get("Retry-After") == "" {
+		t.Fatalf("qwen3:8b beside a game, reject mode: %d %q %v", r.status, r.body, r.header)
+	}
+	if after := h.metric(t, series); after != before+1 {
+		t.Fatalf("%s: %v, then %v", series, before, after)
+	}
+	if free := h.metric(t, `gpu_turnstile_vram_free_bytes{turnstile="default"}`); free != float64(4*gib) {
+		t.Fatalf("gpu_turnstile_vram_free_bytes %v, want 4 GiB", free)
+	}
+}
+
+// A footprint learned at the first load is kept in Caddy's storage: after
+// a restart it is known before the model is loaded again.
+func TestVRAMFootprintKeptAcrossARestart(t *testing.T) {
+	h := vramHarness(t, "")
+	h.waitStatus("a first reading", func(st Status) bool { return st.VRAM != nil && !st.VRAM.Stale })
+	if r := h.post(context.Background(), h.llm+"/api/chat", chatBody("qwen3:8b", false)); r.status != 200 {
+		t.Fatalf("chat: %d %s", r.status, r.body)
+	}
+	h.waitStatus("qwen3:8b learned", func(st Status) bool { return len(st.VRAM.Footprints) == 1 })
+	if err := caddy.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	oc, err := ollama.NewClient(h.ollama.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := oc.Unload(context.Background(), "qwen3:8b"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitTimeline("qwen3:8b unloaded", func([]gputest.Event) bool { return h.gpu.Used() == 0 })
+	h.load(h.caddyfile(harnessOptions{settings: "vram_probe nvidia-smi\n\t\tvram_admission\n\t\tvram_poll_interval 20ms"}))
+	st := h.waitStatus("qwen3:8b known after the restart", func(st Status) bool {
+		return st.VRAM != nil && len(st.VRAM.Footprints) == 1
+	})
+	if fp := st.VRAM.Footprints[0]; fp.Model != "qwen3:8b" || fp.Bytes != 12*gib || len(st.VRAM.Loaded) != 0 {
+		t.Fatalf("after the restart: footprints %+v, loaded %+v", st.VRAM.Footprints, st.VRAM.Loaded)
+	}
+}
