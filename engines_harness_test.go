@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -45,6 +46,9 @@ type mixOptions struct {
 	vllm     vllmtest.Options
 	comfy    comfytest.Options
 	a1111    a1111test.Options
+	// memory, if set, is the card's size, read through the fake
+	// nvidia-smi put on PATH.
+	memory int64
 }
 
 var llmKinds = map[string]bool{"ollama": true, "llamacpp": true, "llamaswap": true, "vllm": true}
@@ -53,6 +57,10 @@ func newMix(t *testing.T, opts mixOptions) *mix {
 	t.Helper()
 	h := &harness{t: t, gpu: gputest.New(), client: newTestClient()}
 	h.gpu.ShareAmong("ollama", "llamacpp", "llamaswap", "vllm")
+	if opts.memory > 0 {
+		h.gpu.SetMemory(opts.memory)
+		t.Setenv("PATH", filepath.Dir(h.gpu.FakeSMI(t.TempDir()))+string(os.PathListSeparator)+os.Getenv("PATH"))
+	}
 	m := &mix{harness: h, sites: map[string]string{}}
 	if slices.Contains(opts.engines, "vllm") && slices.Contains(opts.engines, "a1111") {
 		// Both load at launch, before Caddy can do anything about it.
@@ -103,6 +111,9 @@ func newMix(t *testing.T, opts mixOptions) *mix {
 		}
 		if o := h.gpu.Overlaps(); len(o) > 0 && !h.overlapExpected {
 			t.Errorf("the GPU was shared:\n%s\ntimeline:\n%s", strings.Join(o, "\n"), gputest.Dump(h.gpu.Events()))
+		}
+		if o := h.gpu.OverCommits(); len(o) > 0 {
+			t.Errorf("the card was over-committed:\n%s\ntimeline:\n%s", strings.Join(o, "\n"), gputest.Dump(h.gpu.Events()))
 		}
 	})
 	return m

@@ -11,6 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/llamacpp/llamacpptest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama/ollamatest"
 )
@@ -123,5 +124,26 @@ func TestVRAMFootprintKeptAcrossARestart(t *testing.T) {
 	})
 	if fp := st.VRAM.Footprints[0]; fp.Model != "qwen3:8b" || fp.Bytes != 12*gib || len(st.VRAM.Loaded) != 0 {
 		t.Fatalf("after the restart: footprints %+v, loaded %+v", st.VRAM.Footprints, st.VRAM.Loaded)
+	}
+}
+
+// Where the engine reports no sizes (llama.cpp's router), a model's
+// footprint is learned from what its engine's processes hold in
+// nvidia-smi's compute list after its first load, over what they held
+// before it (measured as the request was admitted).
+func TestVRAMLearnsFromTheEngineProcesses(t *testing.T) {
+	m := newMix(t, mixOptions{
+		engines:  []string{"llamacpp", "comfyui"},
+		llamacpp: llamacpptest.Options{ModelBytes: 5 * gib},
+		memory:   24 * gib,
+		settings: "vram_probe nvidia-smi\n\t\tvram_admission\n\t\tvram_poll_interval 20ms",
+	})
+	m.waitStatus("a first reading", func(st Status) bool { return st.VRAM != nil && !st.VRAM.Stale })
+	if r := m.post(context.Background(), m.chatPath("llamacpp"), chatBody("qwen3-8b", false)); r.status != 200 {
+		t.Fatalf("chat: %d %s", r.status, r.body)
+	}
+	st := m.waitStatus("qwen3-8b learned", func(st Status) bool { return len(st.VRAM.Footprints) == 1 })
+	if fp := st.VRAM.Footprints[0]; fp.Model != "qwen3-8b" || fp.Bytes != 5*gib || fp.Engine != "llamacpp" || fp.Source != "learned" {
+		t.Fatalf("footprint %+v, want qwen3-8b's 5 GiB learned on llamacpp", fp)
 	}
 }

@@ -29,6 +29,9 @@ type Admission struct {
 	g       *GPU
 	model   string
 	pending uint64 // its pending load, 0 if the model was loaded or not checked
+	// learning is set when the model's footprint is unknown: it is
+	// learned from this load.
+	learning bool
 }
 
 // AdmitModel admits an LLM request for model, for which the caller holds
@@ -50,6 +53,9 @@ func (g *GPU) AdmitModel(ctx context.Context, model string, deadline time.Time, 
 	for {
 		ch := g.Changed()
 		if a := g.tryAdmit(model); a != nil {
+			if a.learning {
+				g.measureBase(ctx, a.pending)
+			}
 			return a, nil
 		}
 		if reject {
@@ -126,6 +132,7 @@ func (g *GPU) tryAdmit(model string) *Admission {
 		}
 		m.lastID++
 		a.pending = m.lastID
+		a.learning = need == unknownBytes
 		m.pending[a.pending] = &pendingLoad{model: model, bytes: need}
 		g.touch()
 	}

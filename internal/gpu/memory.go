@@ -55,9 +55,10 @@ type pendingLoad struct {
 	bytes int64 // its footprint; unknown (-1) reserves all that is free
 	ended time.Time
 	// base is the engines' processes' memory when it was admitted, and
-	// peak the most seen since, for learning a footprint from nvidia-smi.
+	// peak the most seen since, for learning a footprint from nvidia-smi;
+	// measured is set once base was read.
 	base, peak int64
-	measured   bool // base was read
+	measured   bool
 }
 
 // memWatch is the reader of one card's memory.
@@ -201,6 +202,27 @@ func sameResidents(a, b map[string]residentModel) bool {
 	return true
 }
 
+// measureBase reads what the LLM engines' processes hold before the
+// model of the pending load id is sent to its engine: what they hold
+// beyond it at the end is its footprint. It runs only for a model whose
+// footprint is unknown, once per model until learned, on the request's
+// path but before the load it measures.
+func (g *GPU) measureBase(ctx context.Context, id uint64) {
+	c := g.cfg()
+	if c == nil || c.Memory == nil {
+		return
+	}
+	base := g.readEngineMemory(ctx, c)
+	if base < 0 {
+		return
+	}
+	g.update(func() {
+		if p := g.mem.pending[id]; p != nil {
+			p.base, p.peak, p.measured = base, base, true
+		}
+	})
+}
+
 // engineMemory is what the LLM engines' processes hold on the card now,
 // read only while a footprint is being learned (a model admitted whose
 // footprint is unknown); -1 when it is not read or cannot be.
@@ -208,10 +230,19 @@ func (g *GPU) engineMemory(ctx context.Context, c *Config) int64 {
 	g.mu.Lock()
 	learning := false
 	for _, p := range g.mem.pending {
-		learning = learning || p.bytes == unknownBytes
+		learning = learning || p.measured
 	}
 	g.mu.Unlock()
-	if !learning || c.Memory.EnginePIDs == nil {
+	if !learning {
+		return -1
+	}
+	return g.readEngineMemory(ctx, c)
+}
+
+// readEngineMemory sums the memory nvidia-smi shows for the LLM engines'
+// processes; -1 when it cannot be read.
+func (g *GPU) readEngineMemory(ctx context.Context, c *Config) int64 {
+	if c.Memory.EnginePIDs == nil {
 		return -1
 	}
 	pctx, cancel := context.WithTimeout(ctx, c.ProbeTimeout)
@@ -253,10 +284,7 @@ func (g *GPU) learnLocked(c *MemoryConfig, sized []sizedModel, procs int64, at t
 		}
 	}
 	for id, p := range m.pending {
-		if p.bytes == unknownBytes && procs >= 0 {
-			if !p.measured {
-				p.base, p.peak, p.measured = procs, procs, true
-			}
+		if p.measured && procs >= 0 {
 			p.peak = max(p.peak, procs)
 		}
 		if p.ended.IsZero() || !at.After(p.ended) {
