@@ -137,11 +137,11 @@ func (g *GPU) onReading(ctx context.Context, r vram.Reading, err error) {
 	}
 	changed = changed || !sameResidents(m.resident, res)
 	m.resident = res
-	learned := g.learnLocked(c.Memory, sized, procs, r.At)
+	learned, dropped := g.learnLocked(c.Memory, sized, procs, r.At)
 	if learned {
 		save = encodeFootprints(m.fps)
 	}
-	if changed || learned {
+	if changed || learned || dropped {
 		g.touch()
 	}
 	g.mu.Unlock()
@@ -269,11 +269,10 @@ func (g *GPU) readEngineMemory(ctx context.Context, c *Config) int64 {
 // the engines' processes' peak over what they held when it was admitted;
 // where both are known the larger counts (an engine's own estimate may
 // be short of what the driver shows). It drops the pending loads this
-// reading accounts for. It reports whether a footprint changed; g.mu is
-// held.
-func (g *GPU) learnLocked(c *MemoryConfig, sized []sizedModel, procs int64, at time.Time) bool {
+// reading accounts for. It reports whether a footprint changed, and
+// whether a pending load was dropped; g.mu is held.
+func (g *GPU) learnLocked(c *MemoryConfig, sized []sizedModel, procs int64, at time.Time) (changed, dropped bool) {
 	m := &g.mem
-	changed := false
 	reported := map[string]int64{}
 	for _, s := range sized {
 		if s.VRAM > 0 && s.VRAM == s.Size {
@@ -299,8 +298,9 @@ func (g *GPU) learnLocked(c *MemoryConfig, sized []sizedModel, procs int64, at t
 			}
 		}
 		delete(m.pending, id)
+		dropped = true
 	}
-	return changed
+	return changed, dropped
 }
 
 // learningAlone reports whether the pending load id is the only one
