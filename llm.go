@@ -57,7 +57,8 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 		return ts.notAdmitted(w, r, c, nil, err, deadline)
 	}
 	defer ticket.Done()
-	ctx := gpu.WithWaiter(r.Context(), ticket.Waiter(r, true))
+	waiter := ticket.Waiter(r, true)
+	ctx := gpu.WithWaiter(r.Context(), waiter)
 	if !held {
 		waited, err := ts.WaitLLM(ctx, deadline, ticket.StopWaiting)
 		if err != nil {
@@ -68,13 +69,15 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 	if !memory {
 		return ts.proxyLLM(w, r, next, nil)
 	}
-	return ts.admitModel(ctx, w, r, next, c, ticket.Waiter(r, true).Model, deadline)
+	return ts.admitModel(ctx, w, r, next, c, waiter.Model, deadline, ticket.StopWaiting)
 }
 
 // admitModel serves an LLM request, for which a shared place is held,
-// once the card's memory has room for its model (vram_admission).
-func (ts *turnstile) admitModel(ctx context.Context, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, c *config, model string, deadline time.Time) error {
+// once the card's memory has room for its model (vram_admission);
+// waited ends its count among the waiting requests.
+func (ts *turnstile) admitModel(ctx context.Context, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, c *config, model string, deadline time.Time, waited func()) error {
 	adm, err := ts.AdmitModel(ctx, model, deadline, c.Reject)
+	waited()
 	if timedOut := errors.Is(err, gpu.ErrWaitTimeout); timedOut || errors.Is(err, gpu.ErrNoMemory) {
 		ts.metrics.busyVRAM.Inc()
 		var waited time.Duration
