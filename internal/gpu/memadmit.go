@@ -58,11 +58,10 @@ func (g *GPU) AdmitModel(ctx context.Context, model string, deadline time.Time, 
 			}
 			return a, nil
 		}
+		g.ReleaseLLM()
 		if reject {
-			g.ReleaseLLM()
 			return nil, ErrNoMemory
 		}
-		g.ReleaseLLM()
 		if stopWaiting == nil {
 			stopWaiting = g.waitMemory(ctx)
 		}

@@ -45,7 +45,7 @@ func (m *memState) statusLocked(c *MemoryConfig, now time.Time) *VRAMStatus {
 		FreeBytes:    m.reading.Free,
 		ReserveBytes: c.Reserve,
 		Stale:        m.stale(c, now),
-		Footprints:   m.footprintList(c, m.reading.Total-c.Reserve),
+		Footprints:   m.footprintList(c, max(m.reading.Total-c.Reserve, 0)),
 		Loaded:       make([]LoadedStatus, 0, len(m.resident)),
 	}
 	if !m.reading.At.IsZero() {
