@@ -17,6 +17,15 @@
 // consecutive image jobs), and is paid through Effects.Free before the GPU
 // goes to shared use or to idle, whoever released last.
 //
+// One exception lets shared holders meet an exclusive one: while an image
+// job holds the lock, TryAcquireBeside admits shared holders beside it
+// (co-residency), as the caller's check of the card's memory says, made
+// under the lock's mutex. They never meet a hold: none is admitted while
+// a hold waits, and an exclusive waiter is granted only once every shared
+// holder has left. When the job releases the lock with such holders in
+// flight, they stay as ordinary shared holders (state llm) once the job's
+// debt is paid.
+//
 // The package has no goroutines, timers, logging or HTTP: callers bring
 // contexts, and side effects go through the Effects interface.
 package lock
@@ -74,6 +83,7 @@ type Lock struct {
 
 	mu       sync.Mutex
 	shared   int   // shared holders
+	beside   int   // of which admitted beside the image job that holds the lock (TryAcquireBeside)
 	excl     State // the exclusive holder's state (Image or Hold), or Idle for none
 	freeing  bool  // a Free is running for the last exclusive holder
 	owesFree bool  // an image engine may still hold a previous image job's models
@@ -168,10 +178,31 @@ func (l *Lock) ReleaseShared() {
 		panic("lock: ReleaseShared without a shared hold")
 	}
 	l.shared--
-	if l.shared == 0 && !l.grantNextExclusive(LLM) {
+	switch {
+	case l.beside > 0:
+		l.beside-- // the image job still holds the lock
+	case l.shared == 0 && !l.grantNextExclusive(LLM):
 		l.effects.Transition(LLM, Idle)
 	}
 	l.unlockChanged()
+}
+
+// TryAcquireBeside takes a shared hold beside the image job that holds
+// the lock, if fits says the card has room for it: no free runs, no hold
+// (external or presence) waits, and fits() is true. fits is called with
+// the lock's mutex held, so the job it judges is the one holding the lock
+// when the hold is taken; it must be quick and must not call the lock.
+// ReleaseShared gives the hold back.
+func (l *Lock) TryAcquireBeside(fits func() bool) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.excl != Image || l.freeing || l.qKinds[ExternalHold] > 0 || l.qKinds[PresenceHold] > 0 || !fits() {
+		return false
+	}
+	l.shared++
+	l.beside++
+	l.changed()
+	return true
 }
 
 // AcquireExclusive takes the lock for one exclusive holder of the given
@@ -277,12 +308,22 @@ func (l *Lock) ReleaseExclusive(jobRan bool) (handedOver bool) {
 		l.owesFree = false
 	}
 	from := l.excl
+	// The shared waiters' turn, judged before the streak is reset: no
+	// exclusive waiter goes first (one does here only when holders
+	// admitted beside the job kept it from being granted above).
+	sharedTurn := l.sharedQ > 0 && (l.exclQ.Len() == 0 || !l.exclusiveTurn())
 	l.excl = Idle
+	l.beside = 0 // holders admitted beside the job are ordinary shared holders now
 	l.streak = 0
-	if l.sharedQ > 0 {
+	switch {
+	case sharedTurn:
 		l.admitSharedWaiters()
 		l.effects.Transition(from, LLM)
-	} else {
+	case l.shared > 0:
+		// Holders admitted beside the job are still in flight: the next
+		// exclusive waiter is granted once they have left.
+		l.effects.Transition(from, LLM)
+	default:
 		l.effects.Transition(from, Idle)
 		// A shared turn whose waiters all left meanwhile must not stall
 		// the exclusive waiters it held back.

@@ -102,11 +102,19 @@ var spinRuns = []spinRun{
 	{name: "image requester served, presence", defines: []string{"-DNLLM=1", "-DLIVE", "-DHOLD_IS_PRESENCE"}, claim: "exclLive", live: true},
 	{name: "LLM request served, presence, max_image_streak 1", defines: []string{"-DNLLM=1", "-DLIVE", "-DMAX_STREAK=1", "-DHOLD_IS_PRESENCE"}, claim: "llmLive", live: true},
 	{name: "bounded starvation, presence, max_image_streak 1", defines: []string{"-DNLLM=1", "-DMAX_STREAK=1", "-DHOLD_IS_PRESENCE"}, claim: "bounded"},
+	// Co-residency: LLM requests may also run beside an image job whose
+	// workflow is measured; never beside a hold, never over-committed.
+	{name: "safe, beside, 1 LLM, endless", defines: []string{"-DNLLM=1", "-DBESIDE"}, claim: "safe"},
+	{name: "safe, beside, 2 LLM, one round each", defines: []string{"-DFINITE", "-DROUNDS=1", "-DBESIDE"}, claim: "safe"},
+	{name: "no deadlock, idle at the end, beside", defines: []string{"-DFINITE", "-DROUNDS=1", "-DBESIDE"}},
+	{name: "safe, beside, presence, 1 LLM, one round each", defines: []string{"-DFINITE", "-DROUNDS=1", "-DNLLM=1", "-DPRESENCE=1", "-DBESIDE"}, claim: "safe"},
+	{name: "image requester served, beside", defines: []string{"-DNLLM=1", "-DLIVE", "-DBESIDE"}, claim: "exclLive", live: true},
 	// The bugs the design warns about: each must be caught.
 	{name: "bug: lock released when /prompt answers", defines: []string{"-DFINITE", "-DROUNDS=1", "-DBUG_RELEASE_ON_PROMPT"}, claim: "safe", fail: true},
 	{name: "bug: hand-over forgets the free it owes", defines: []string{"-DFINITE", "-DROUNDS=1", "-DBUG_SKIP_DEBT"}, claim: "safe", fail: true},
 	{name: "bug: warm-up outside the lock races the unload", defines: []string{"-DFINITE", "-DROUNDS=1", "-DBUG_WARM_UNLOCKED"}, claim: "safe", fail: true},
 	{name: "bug: presence hold queued at the back", defines: []string{"-DFINITE", "-DROUNDS=1", "-DNLLM=1", "-DPRESENCE=1", "-DBUG_PRESENCE_BACK"}, claim: "presenceFirst", fail: true},
+	{name: "bug: the room beside a job judged before the lock's step", defines: []string{"-DNLLM=1", "-DBESIDE", "-DBUG_BESIDE_STALE"}, claim: "safe", fail: true},
 	{name: "bug: presence hold waits for the shared turn", defines: []string{"-DFINITE", "-DROUNDS=1", "-DNLLM=1", "-DPRESENCE=1", "-DMAX_STREAK=1", "-DBUG_PRESENCE_TURN"}, fail: true},
 }
 

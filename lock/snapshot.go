@@ -4,6 +4,7 @@ package lock
 type Snapshot struct {
 	State           State
 	Shared          int  // shared holders
+	Beside          int  // of which admitted beside the image job holding the lock
 	SharedWaiting   int  // shared waiters
 	ImageWaiting    int  // queued image waiters
 	HoldWaiting     int  // queued hold waiters, external and presence (both are state Hold)
@@ -37,6 +38,7 @@ func (l *Lock) snapshotLocked() Snapshot {
 	return Snapshot{
 		State:           l.stateLocked(),
 		Shared:          l.shared,
+		Beside:          l.beside,
 		SharedWaiting:   l.sharedQ,
 		ImageWaiting:    l.qKinds[ImageJob],
 		HoldWaiting:     l.qKinds[ExternalHold] + l.qKinds[PresenceHold],

@@ -30,6 +30,11 @@
  *   -DBUG_WARM_UNLOCKED     the warm-up runs without holding the lock
  *   -DBUG_PRESENCE_BACK     a presence hold queues at the back, like any hold
  *   -DBUG_PRESENCE_TURN     a presence hold waits for a shared turn that is due
+ *   -DBESIDE                LLM requests may also ask to run beside an image
+ *                           job (co_resident), admitted when the job's
+ *                           workflow is measured (fits beside it)
+ *   -DBUG_BESIDE_STALE      that check is made before the lock's step, not in
+ *                           it: it may judge a job that has ended
  */
 
 mtype = { idle, llm, image, hold };     /* lock.States, in order */
@@ -74,6 +79,7 @@ mtype = { idle, llm, image, hold };     /* lock.States, in order */
 
 /* --- the lock's state (lock.Lock's fields) --- */
 byte  shared = 0;                        /* shared holders */
+byte  beside = 0;                        /* of which admitted beside the image job */
 mtype excl = idle;                       /* the exclusive holder's kind */
 bool  freeing = false;                   /* a Free runs for the last exclusive holder */
 bool  owes = false;                      /* ComfyUI may hold a previous job's models */
@@ -96,6 +102,9 @@ bool comfyRunning = false;               /* ComfyUI runs a job */
 bool comfyLoaded = false;                /* ComfyUI keeps a job's models */
 byte inExcl = 0;                         /* exclusive holders past their grant */
 bool warmReq = false;                    /* an exclusive release asked for a warm-up */
+bool besideLoaded = false;               /* Ollama has a model loaded beside an image job */
+bool jobMeasured = false;                /* the running image job's workflow peak is known:
+                                            a co-resident model fits beside it */
 
 /* for the liveness properties */
 bool llmWaiting[NLLM];
@@ -116,6 +125,9 @@ bool overtaken = false;
 #define isPresence(id) (NEXCL > PRES && id == PRES)
 #define limit          (isPresence(id) -> PRES_ROUNDS : FINITE_ROUNDS)   /* requests, 0: endless */
 #define gpuShared      (ollamaLoaded && (comfyRunning || comfyLoaded))
+/* Over-committed: a model runs beside a job whose peak was not known to
+   leave room for it. */
+#define overCommitted  (besideLoaded && comfyRunning && !jobMeasured)
 
 inline addShared() { shared++ }
 
@@ -245,9 +257,41 @@ inline ReleaseShared() {
 		assert(shared > 0);
 		shared--;
 		if
-		:: shared == 0 -> grantNextExclusive(done)
-		:: else -> skip
+		:: beside > 0 -> beside--                   /* the image job still holds the lock */
+		:: else ->
+			if
+			:: shared == 0 -> grantNextExclusive(done)
+			:: else -> skip
+			fi
 		fi
+	}
+}
+
+/* TryAcquireBeside: a shared hold beside the image job holding the lock,
+   if no free runs, no hold waits, and the caller's check (fits, made under
+   the lock's mutex) says the card has room. */
+inline TryAcquireBeside(ok) {
+#ifdef BUG_BESIDE_STALE
+	fitsSeen = jobMeasured;
+#endif
+	d_step {
+		i = 0; k = 0;
+		do
+		:: i < qlen -> if :: kindOf[q[i]] == hold -> k++ :: else -> skip fi; i++
+		:: else -> i = 0; break
+		od;
+#ifdef BUG_BESIDE_STALE
+		if
+		:: excl == image && !freeing && k == 0 && fitsSeen -> shared++; beside++; ok = true
+		:: else -> ok = false
+		fi;
+#else
+		if
+		:: excl == image && !freeing && k == 0 && jobMeasured -> shared++; beside++; ok = true
+		:: else -> ok = false
+		fi;
+#endif
+		k = 0
 	}
 }
 
@@ -332,11 +376,14 @@ inline ReleaseExclusive(jobRan, handed) {
 			:: owes -> freeing = true; needFree = true
 			:: else ->
 				needFree = false;
+				/* the shared turn, judged before the streak is reset */
+				done = sharedQ > 0 && !(qlen > 0 && exclusiveTurn);
 				excl = idle;
+				beside = 0;                          /* ordinary shared holders now */
 				streak = 0;
 				if
-				:: sharedQ > 0 -> admitSharedWaiters()
-				:: else -> grantNextExclusive(done)
+				:: done -> admitSharedWaiters()
+				:: else -> grantNextExclusive(done)   /* none while shared holders are left */
 				fi
 			fi
 		fi
@@ -358,7 +405,7 @@ inline SetOptions() { skip }
 /* --- the requesters --- */
 
 proctype LLMRequest(byte me) {
-	bool ok, done, cancelAfterGrant;
+	bool ok, done, cancelAfterGrant, fitsSeen;
 	bool cancellable = !(PATIENT && me == 0);
 	byte w, i, k, n = 0;
 end:
@@ -371,6 +418,17 @@ end:
 		if
 		:: AcquireShared(ok)
 		:: cancellable -> TryAcquireShared(ok)      /* reject mode */
+#ifdef BESIDE
+		:: cancellable -> TryAcquireBeside(ok);     /* a co-resident model during a job */
+			if
+			:: ok ->
+				llmWaiting[me] = false;
+				besideLoaded = true;                 /* it stays loaded until the next emptying */
+				ReleaseShared();
+				goto nextReq
+			:: else -> skip
+			fi
+#endif
 		fi;
 		llmWaiting[me] = false;
 		if
@@ -378,7 +436,9 @@ end:
 			d_step { ollamaLoaded = true; assert(excl == idle && !freeing) };   /* it stays loaded (keep-alive) */
 			ReleaseShared()
 		:: else -> skip
-		fi
+		fi;
+nextReq:
+		skip
 #ifdef FINITE
 	:: n >= ROUNDS -> break
 #endif
@@ -405,13 +465,17 @@ end:
 			jobRan = false;
 			/* unloadOllama: confirmed empty, or the job is refused */
 			if
-			:: ollamaLoaded = false -> skip
+			:: d_step { ollamaLoaded = false; besideLoaded = false }
 			:: true -> goto release                /* unload failed */
 			fi;
 			if
 			:: kindOf[id] == hold ->
 				comfyLoaded = false; Paid()        /* a hold frees ComfyUI on entry */
 			:: kindOf[id] == image ->
+				if
+				:: jobMeasured = true                /* its workflow's peak is known */
+				:: skip                              /* a workflow never measured runs alone */
+				fi;
 				if
 				:: true                              /* the prompt is refused (400): no job */
 				:: atomic { comfyRunning = true; comfyLoaded = true; jobRan = true };
@@ -425,6 +489,7 @@ end:
 				fi
 			fi;
 release:
+			jobMeasured = false;
 			inExcl--;
 			ReleaseExclusive(jobRan, handed);
 			if
@@ -469,7 +534,7 @@ end:
 /* With finite requesters, once nobody can move the lock must be idle. */
 proctype Quiescence() {
 	timeout ->
-	assert(shared == 0 && excl == idle && !freeing && sharedQ == 0 && qlen == 0 && npres == 0 && inExcl == 0)
+	assert(shared == 0 && beside == 0 && excl == idle && !freeing && sharedQ == 0 && qlen == 0 && npres == 0 && inExcl == 0)
 }
 
 init {
@@ -497,9 +562,12 @@ init {
 	}
 }
 
-/* Safety: the GPU is never used by Ollama and ComfyUI at once, and LLM
-   holders never coexist with an exclusive holder. */
-ltl safe { [] (!gpuShared && !(shared > 0 && excl != idle)) }
+/* Safety: the GPU is never used by Ollama and ComfyUI at once, but for a
+   model admitted beside a job; LLM holders never coexist with an
+   exclusive holder, but for those beside an image job; and a model beside
+   a job always has room (the card is never over-committed by what the
+   turnstile admitted). */
+ltl safe { [] (!gpuShared && !(shared > beside && excl != idle) && !(beside > 0 && excl != image) && !overCommitted) }
 
 /* Liveness under weak fairness: a waiting exclusive requester is served
    (or leaves); with max_image_streak a waiting LLM request is too. */
