@@ -13,6 +13,7 @@ import (
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/workflow"
 )
 
 // imageBodyLimit bounds how much of a /prompt body is read into memory
@@ -36,12 +37,21 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 	}
 	defer ticket.Done()
 	_, err = ts.RunImage(gpu.WithWaiter(r.Context(), ticket.Waiter(r, false)), gpu.ImageRun{
-		Engine: e.Name(), Deadline: deadline, Waited: ticket.StopWaiting,
+		Engine: e.Name(), Deadline: deadline, Waited: ticket.StopWaiting, Workflow: workflowOf(c, e, r, ticket),
 		Forward: func(ctx context.Context, f *gpu.Forwarded) {
 			admit.Forward(ctx, w, r, next, f, ts.captureLimit(e))
 		},
 	})
 	return ts.answerImage(w, r, c, e, err)
+}
+
+// workflowOf is the signature of the job's workflow, under which its
+// memory peak is learned, when co_resident models may run beside jobs.
+func workflowOf(c *config, e gpu.ImageEngine, r *http.Request, t *admit.Ticket) string {
+	if c.GPU.Memory == nil || len(c.GPU.Memory.CoResident) == 0 {
+		return ""
+	}
+	return workflow.Signature(e.Kind(), route.CleanPath(r), t.Head(imageBodyLimit))
 }
 
 // answerImage answers an image request as RunImage ended it.

@@ -26,9 +26,10 @@ const waitBodyLimit = 8 << 20
 // serveLLM serves a request that shares the GPU with other LLM requests.
 func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	ts := h.ts
+	c := ts.cfg()
 	// Fast path: the GPU is free for LLM use; no buffering, no allocation.
 	// With vram_admission the model a request names is read first.
-	memory := ts.cfg().GPU.Memory != nil
+	memory := c.GPU.Memory != nil
 	if !memory && ts.TryLLM() {
 		ts.metrics.waitLLM.Observe(0)
 		return ts.proxyLLM(w, r, next, nil)
@@ -37,10 +38,12 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 	if !held && h.DuringJob != "" && ts.ImageJobRunning() {
 		return h.serveDuringJob(w, r, next)
 	}
-	c := ts.cfg()
 	wait, ok := ts.LLMWait(c.Reject, c.LLMWait)
+	// Where a co_resident model may run beside an image job, a request
+	// that cannot wait is still read for its model.
+	besideOnly := !held && !ok && memory && len(c.GPU.Memory.CoResident) > 0
 	switch {
-	case held:
+	case held, besideOnly:
 		wait = c.LLMWait // bounds the body's reading, and a wait for memory
 	case !ok:
 		ts.metrics.busyReject.Inc()
@@ -57,16 +60,35 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 		return ts.notAdmitted(w, r, c, nil, err, deadline)
 	}
 	defer ticket.Done()
+	return ts.serveLLMRead(w, r, next, c, ticket, held, besideOnly, deadline)
+}
+
+// serveLLMRead serves an LLM request whose body has been read: held says
+// whether it holds a shared place already; besideOnly, that it cannot
+// wait (reject mode) and goes beside the running image job or is
+// answered busy.
+func (ts *turnstile) serveLLMRead(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, c *config, ticket *admit.Ticket, held, besideOnly bool, deadline time.Time) error {
 	waiter := ticket.Waiter(r, true)
 	ctx := gpu.WithWaiter(r.Context(), waiter)
-	if !held {
-		waited, err := ts.WaitLLM(ctx, deadline, ticket.StopWaiting)
+	switch {
+	case besideOnly:
+		ticket.StopWaiting()
+		if beside := ts.TryBeside(waiter.Model); beside != nil {
+			return ts.proxyLLM(w, r, next, beside)
+		}
+		ts.metrics.busyReject.Inc()
+		return ts.writeBusy(w, r, c, 0)
+	case !held:
+		beside, waited, err := ts.WaitLLMFor(ctx, waiter.Model, deadline, ticket.StopWaiting)
 		if err != nil {
 			return ts.notAdmitted(w, r, c, nil, err, deadline)
 		}
 		ts.metrics.waitLLM.Observe(waited.Seconds())
+		if beside != nil {
+			return ts.proxyLLM(w, r, next, beside)
+		}
 	}
-	if !memory {
+	if c.GPU.Memory == nil {
 		return ts.proxyLLM(w, r, next, nil)
 	}
 	return ts.admitModel(ctx, w, r, next, c, waiter.Model, deadline, ticket.StopWaiting)

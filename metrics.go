@@ -75,6 +75,11 @@ var (
 		Help: "Guarded requests that reverse_proxy sent to an upstream that is none of the turnstile's engines (checked for the first requests after a config load, then sampled).",
 	}, []string{"turnstile"})
 
+	coResidentAdmitted = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpu_turnstile_coresident_total",
+		Help: "LLM requests admitted beside a running image job (co_resident), their model fitting next to the job's learned peak.",
+	}, []string{"turnstile"})
+
 	interruptOverdue = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gpu_turnstile_interrupt_overdue_total",
 		Help: "Interrupted image jobs (cancel, job_timeout) whose engine did not show their end within interrupt_grace; each keeps the GPU until it does, by engine.",
@@ -145,7 +150,7 @@ func stateNumber(s string) int {
 
 var collectors = []prometheus.Collector{
 	imageJobs, lockWait, unloadSeconds, freeSeconds, wakeSeconds, warmSeconds, jobSeconds,
-	busyAnswers, holdEvents, upstreamErrors, misrouted, interruptOverdue, stateCollector{},
+	busyAnswers, holdEvents, upstreamErrors, misrouted, interruptOverdue, coResidentAdmitted, stateCollector{},
 }
 
 // registerMetrics adds the collectors to a config's registry. The same
@@ -232,6 +237,11 @@ func (m *turnstileMetrics) HoldEvent(event string) {
 // InterruptOverdue implements gpu.Metrics.
 func (m *turnstileMetrics) InterruptOverdue(engine string) {
 	interruptOverdue.WithLabelValues(m.name, engine).Inc()
+}
+
+// CoResident implements gpu.Metrics.
+func (m *turnstileMetrics) CoResident() {
+	coResidentAdmitted.WithLabelValues(m.name).Inc()
 }
 
 var _ gpu.Metrics = (*turnstileMetrics)(nil)

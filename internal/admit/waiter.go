@@ -41,18 +41,7 @@ func (t *Ticket) Waiter(r *http.Request, llm bool) gpu.Waiter {
 // its first modelScanLimit bytes; "" otherwise. It reads the top level
 // only up to that member, skipping the values before it.
 func bodyModel(wb *body) string {
-	wb.mu.Lock()
-	var head []byte
-	if len(wb.chunks) == 1 || (len(wb.chunks) > 1 && len(wb.chunks[0]) >= modelScanLimit) {
-		c := wb.chunks[0]
-		head = c[:min(len(c), modelScanLimit)] // no copy: the chunk is never written to
-	} else {
-		for _, c := range wb.chunks {
-			head = append(head, c[:min(len(c), modelScanLimit-len(head))]...)
-		}
-	}
-	wb.mu.Unlock()
-	dec := json.NewDecoder(bytes.NewReader(head))
+	dec := json.NewDecoder(bytes.NewReader(wb.head(modelScanLimit)))
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
 		return ""
 	}
@@ -93,4 +82,30 @@ func skipValue(dec *json.Decoder) error {
 			return nil
 		}
 	}
+}
+
+// head returns the body's first limit bytes as read, or all of it if
+// shorter; it is not to be written to.
+func (wb *body) head(limit int) []byte {
+	wb.mu.Lock()
+	defer wb.mu.Unlock()
+	if len(wb.chunks) == 1 || (len(wb.chunks) > 1 && len(wb.chunks[0]) >= limit) {
+		c := wb.chunks[0]
+		return c[:min(len(c), limit)] // no copy: the chunk is never written to
+	}
+	var head []byte
+	for _, c := range wb.chunks {
+		head = append(head, c[:min(len(c), limit-len(head))]...)
+	}
+	return head
+}
+
+// Head returns the first limit bytes of the request's body as read for
+// its wait (nil if none was), for reading what the body asks for (an
+// image job's workflow). It is not to be written to.
+func (t *Ticket) Head(limit int) []byte {
+	if t == nil || t.body == nil {
+		return nil
+	}
+	return t.body.head(limit)
 }

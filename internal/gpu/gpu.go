@@ -85,6 +85,9 @@ type Metrics interface {
 	// InterruptOverdue counts an interrupted image job whose engine (by
 	// name) did not show its end within interrupt_grace.
 	InterruptOverdue(engine string)
+	// CoResident counts an LLM request admitted beside an image job
+	// (co_resident).
+	CoResident()
 }
 
 // GPU is the orchestration of one GPU. It outlives any one config: Apply

@@ -21,13 +21,14 @@ import (
 
 // recorder is a Metrics that remembers what it was told.
 type recorder struct {
-	mu      sync.Mutex
-	steps   []string
-	jobs    []string
-	holds   []string
-	overdue []string
-	errors  []string
-	waits   []lock.State
+	coResident []string
+	mu         sync.Mutex
+	steps      []string
+	jobs       []string
+	holds      []string
+	overdue    []string
+	errors     []string
+	waits      []lock.State
 }
 
 func (r *recorder) Waited(kind lock.State, _ time.Duration) { r.add(&r.waits, kind) }
@@ -38,6 +39,7 @@ func (r *recorder) JobEnded(outcome string, _ time.Duration) {
 }
 func (r *recorder) HoldEvent(event string)         { r.add(&r.holds, event) }
 func (r *recorder) InterruptOverdue(engine string) { r.add(&r.overdue, engine) }
+func (r *recorder) CoResident()                    { r.add(&r.coResident, "") }
 
 func (r *recorder) add(to any, v any) {
 	r.mu.Lock()

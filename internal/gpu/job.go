@@ -276,6 +276,7 @@ func (j *ImageJob) finish(id, outcome string) {
 	j.stop.end(outcome, !j.owesFree)
 	j.stop.stopInterrupting()
 	g.dropImageJob(j)
+	g.jobEnds(j)
 	j.end()
 	j.stop.doneOnce.Do(func() { close(j.stop.done) })
 	j.stop.abandon() // frees its context

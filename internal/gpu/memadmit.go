@@ -116,6 +116,12 @@ func (g *GPU) tryAdmit(model string) *Admission {
 	if !fit {
 		return nil
 	}
+	return g.recordLocked(model, need)
+}
+
+// recordLocked records an admitted request for model: in flight, and as
+// a pending load that reserves need (unless 0); g.mu is held.
+func (g *GPU) recordLocked(model string, need int64) *Admission {
 	m := &g.mem
 	a := &Admission{g: g, model: model}
 	if model == "" {

@@ -40,6 +40,8 @@ type memState struct {
 	// vramWaiting counts the requests waiting for memory: while some do,
 	// each reading signals a change.
 	vramWaiting int
+	// job is the image job holding the GPU, once sent (beside.go).
+	job *jobMemory
 }
 
 // residentModel is a model loaded on an LLM engine.
@@ -130,6 +132,7 @@ func (g *GPU) onReading(ctx context.Context, r vram.Reading, err error) {
 		m.stale(c.Memory, r.At)
 	m.readErr = nil
 	m.reading = r
+	m.observeJobLocked(r.Total, r.Free)
 	for model, r := range m.resident {
 		if failed[r.engine] {
 			res[model] = r // not listed this time: what was known stays

@@ -24,9 +24,16 @@ func memFixture(t *testing.T, sizes map[string]int64, edit func(*MemoryConfig)) 
 
 func newMemFixture(t *testing.T, card *gputest.GPU, sizes map[string]int64, edit func(*MemoryConfig)) *fixture {
 	t.Helper()
+	return newMemFixtureWith(t, card, sizes, comfytest.Options{JobDuration: 50 * time.Millisecond}, edit)
+}
+
+// newMemFixtureWith is newMemFixture with the fake ComfyUI shaped by
+// copts.
+func newMemFixtureWith(t *testing.T, card *gputest.GPU, sizes map[string]int64, copts comfytest.Options, edit func(*MemoryConfig)) *fixture {
+	t.Helper()
 	card.SetMemory(24 * gib)
 	smi := card.FakeSMI(t.TempDir())
-	f := newFixtureOn(t, card, ollamatest.Options{ModelSizes: sizes, Models: modelsOf(sizes)}, comfytest.Options{JobDuration: 50 * time.Millisecond}, func(c *Config) {
+	f := newFixtureOn(t, card, ollamatest.Options{ModelSizes: sizes, Models: modelsOf(sizes)}, copts, func(c *Config) {
 		c.Memory = &MemoryConfig{SMIPath: smi, Poll: 20 * time.Millisecond, Models: map[string]int64{}}
 		if edit != nil {
 			edit(c.Memory)

@@ -26,6 +26,20 @@ type VRAMStatus struct {
 	// PendingBytes are the footprints of models admitted but not yet
 	// seen loaded.
 	PendingBytes int64 `json:"pending_bytes"`
+	// Job is the image job holding the GPU, as co_resident sees it.
+	Job *JobMemoryStatus `json:"job,omitempty"`
+}
+
+// JobMemoryStatus is what is known of the running image job's memory.
+type JobMemoryStatus struct {
+	Engine   string `json:"engine"`
+	Workflow string `json:"workflow,omitempty"` // its signature
+	// PeakBytes is the workflow's learned peak; 0 when never measured:
+	// then nothing runs beside it.
+	PeakBytes int64 `json:"peak_bytes"`
+	// BesideBytes is what the models admitted beside it were counted to
+	// take.
+	BesideBytes int64 `json:"beside_bytes"`
 }
 
 // LoadedStatus is a model an LLM engine holds.
@@ -61,6 +75,9 @@ func (m *memState) statusLocked(c *MemoryConfig, now time.Time) *VRAMStatus {
 	slices.SortFunc(st.Loaded, func(a, b LoadedStatus) int { return strings.Compare(a.Model, b.Model) })
 	for _, p := range m.pending {
 		st.PendingBytes += max(p.bytes, 0)
+	}
+	if jm := m.job; jm != nil {
+		st.Job = &JobMemoryStatus{Engine: jm.engine, Workflow: jm.workflow, PeakBytes: jm.peak, BesideBytes: jm.beside}
 	}
 	return st
 }

@@ -19,6 +19,9 @@ type ImageRun struct {
 	// Waited, if not nil, is called once the wait for the GPU has ended,
 	// whether the GPU was had or not.
 	Waited func()
+	// Workflow is the job's workflow signature (internal/workflow), under
+	// which its memory peak is learned (co_resident); "" for none.
+	Workflow string
 	// Forward sends the request to the engine under ctx, which outlives
 	// the client (the engine has the job whether the client stays or not)
 	// and ends at job_timeout. It fills f as it learns what the engine
@@ -84,6 +87,7 @@ func (g *GPU) RunImage(ctx context.Context, run ImageRun) (string, error) {
 	if err := j.Submitting(); err != nil {
 		return "cancelled", err
 	}
+	g.jobBegins(j, run.Workflow, g.lock.OwesFree())
 	return j.forward(ctx, run.Forward)
 }
 

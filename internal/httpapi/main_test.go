@@ -28,3 +28,4 @@ func (nopMetrics) UpstreamError(string, string, string) {}
 func (nopMetrics) JobEnded(string, time.Duration)       {}
 func (nopMetrics) HoldEvent(string)                     {}
 func (nopMetrics) InterruptOverdue(string)              {}
+func (nopMetrics) CoResident()                          {}
