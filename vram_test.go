@@ -2,6 +2,7 @@ package turnstile
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy/comfytest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/llamacpp/llamacpptest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama"
@@ -145,5 +147,78 @@ func TestVRAMLearnsFromTheEngineProcesses(t *testing.T) {
 	st := m.waitStatus("qwen3-8b learned", func(st Status) bool { return len(st.VRAM.Footprints) == 1 })
 	if fp := st.VRAM.Footprints[0]; fp.Model != "qwen3-8b" || fp.Bytes != 5*gib || fp.Engine != "llamacpp" || fp.Source != "learned" {
 		t.Fatalf("footprint %+v, want qwen3-8b's 5 GiB learned on llamacpp", fp)
+	}
+}
+
+// sdxlPrompt is a ComfyUI job with a checkpoint loader and a latent size
+// (its workflow signature), which runs durationMS on the fake.
+func sdxlPrompt(durationMS int) string {
+	return fmt.Sprintf(`{"prompt":{"4":{"class_type":"CheckpointLoaderSimple","inputs":{"ckpt_name":"sd_xl_base_1.0.safetensors"}},`+
+		`"5":{"class_type":"EmptyLatentImage","inputs":{"width":1024,"height":1024,"batch_size":1}},`+
+		`"3":{"class_type":"KSampler","inputs":{"seed":%d,"model":["4",0],"latent_image":["5",0]}},"9":{"class_type":"SaveImage","inputs":{}}},`+
+		`"client_id":"browser","extra_data":{"fake_duration_ms":%d}}`, promptSeed.Add(1), durationMS)
+}
+
+// A co_resident small model is served during a render once the render's
+// workflow has been measured, while a large model waits for the render's
+// end; the first render of a workflow never measured runs alone.
+func TestCoResidentDuringARender(t *testing.T) {
+	h := newHarness(t, harnessOptions{
+		ollama: ollamatest.Options{ModelSizes: map[string]int64{"llama3.2": 4 * gib, "qwen3:8b": 14 * gib}},
+		comfy:  comfytest.Options{JobBytes: 10 * gib},
+		settings: "vram_probe nvidia-smi\n\t\tvram_admission\n\t\tvram_poll_interval 20ms\n\t\t" +
+			"model_vram llama3.2 4GiB\n\t\tmodel_vram qwen3:8b 14GiB\n\t\tco_resident llama3.2 qwen3:8b",
+		beforeLoad: func(h *harness) {
+			h.gpu.SetMemory(24 * gib)
+			h.gpu.ShareAmong("ollama", "comfy") // co-residency shares the card; over-commitment fails the test
+			t.Setenv("PATH", filepath.Dir(h.gpu.FakeSMI(t.TempDir()))+string(os.PathListSeparator)+os.Getenv("PATH"))
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h.waitStatus("a first reading", func(st Status) bool { return st.VRAM != nil && !st.VRAM.Stale })
+	rendering := func(st Status) bool {
+		return st.State == "image" && st.VRAM.Job != nil && st.Job != nil && st.Job.Phase == "running"
+	}
+
+	// The first render: its workflow was never measured, so a chat waits.
+	promptID(t, h.post(ctx, h.image+"/prompt", sdxlPrompt(600)))
+	h.waitStatus("the first render running", rendering)
+	first := h.postAsync(ctx, h.llm+"/api/chat", chatBody("llama3.2", false))
+	h.waitStatus("the chat waiting for the render", func(st Status) bool { return st.LLMWaiting == 1 && st.State == "image" })
+	if r := <-first; r.status != 200 {
+		t.Fatalf("chat after the first render: %d %s", r.status, r.body)
+	}
+	h.waitStatus("the workflow measured", func(st Status) bool {
+		for _, fp := range st.VRAM.Footprints {
+			if strings.HasPrefix(fp.Model, "comfyui:sd_xl_base_1.0.safetensors@1024x1024x1") && fp.Bytes == 10*gib {
+				return true
+			}
+		}
+		return false
+	})
+	h.waitIdle()
+
+	// The second render of the same workflow: llama3.2 (4 GiB) fits beside
+	// its 10 GiB and is served during it; qwen3:8b (14 GiB) does not.
+	promptID(t, h.post(ctx, h.image+"/prompt", sdxlPrompt(1500)))
+	h.waitStatus("the second render running, measured", func(st Status) bool { return rendering(st) && st.VRAM.Job.PeakBytes == 10*gib })
+	large := h.postAsync(ctx, h.llm+"/api/chat", chatBody("qwen3:8b", false))
+	if r := h.post(ctx, h.llm+"/api/chat", chatBody("llama3.2", false)); r.status != 200 {
+		t.Fatalf("co-resident chat during the render: %d %s", r.status, r.body)
+	}
+	if st := h.status(); st.State != "image" {
+		t.Fatalf("the co-resident chat was served after the render, not during it: %+v", st)
+	}
+	select {
+	case r := <-large:
+		t.Fatalf("qwen3:8b served beside the render: %d %s", r.status, r.body)
+	default:
+	}
+	if r := <-large; r.status != 200 {
+		t.Fatalf("qwen3:8b after the render: %d %s", r.status, r.body)
+	}
+	if n := h.metric(t, `gpu_turnstile_coresident_total{turnstile="default"}`); n < 1 {
+		t.Fatalf("gpu_turnstile_coresident_total %v", n)
 	}
 }

@@ -76,9 +76,6 @@ func validateMemory(s Settings, c *Turnstile) error {
 	if poll == 0 {
 		poll = defaultVRAMPoll
 	}
-	if len(s.CoResident) > 0 {
-		c.warnings = append(c.warnings, "co_resident is not acted on yet: image jobs still take the whole card")
-	}
 	c.GPU.Memory = &gpu.MemoryConfig{
 		Index:      s.GPUIndex,
 		Reserve:    s.VRAMReserve,
