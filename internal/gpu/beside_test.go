@@ -113,3 +113,23 @@ func TestCoResidentOutlivesTheJob(t *testing.T) {
 	<-done
 	f.waitState(t, "idle", func(st Status) bool { return st.State == "idle" })
 }
+
+// ComfyUI's smart memory takes what is free: a workflow measured alone
+// can look as large as the card, and then nothing fits beside it.
+func TestCoResidentNothingBesideAWorkflowAsLargeAsTheCard(t *testing.T) {
+	t.Parallel()
+	card := gputest.New()
+	card.ShareAmong("ollama", "comfy")
+	f := newMemFixtureWith(t, card, map[string]int64{"small": 2 * gib}, comfytest.Options{JobBytes: 24 * gib},
+		func(m *MemoryConfig) {
+			m.Models["small"] = 2 * gib
+			m.Models["comfyui:greedy"] = 24 * gib
+			m.CoResident = []string{"small"}
+		})
+	f.sendJob(t, "comfyui:greedy", 300*time.Millisecond)
+	f.waitState(t, "the job running", func(st Status) bool { return st.State == "image" && st.VRAM.Job != nil })
+	if a := f.g.TryBeside("small"); a != nil {
+		t.Fatal("admitted beside a workflow that takes the whole card")
+	}
+	f.waitState(t, "idle", func(st Status) bool { return st.State == "idle" })
+}

@@ -305,3 +305,23 @@ func modelsOf(sizes map[string]int64) []string {
 	}
 	return models
 }
+
+// What each engine answers when a model does not fit is read as out of
+// memory; other server errors are not.
+func TestOutOfMemoryTexts(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		oom  bool
+	}{
+		{`{"error":"llama runner process has terminated: cudaMalloc failed: out of memory"}`, true},                   // Ollama's runner
+		{`{"error":"model requires more system memory (12.0 GiB) than is available (7.5 GiB)"}`, true},                // Ollama's scheduler
+		{`{"error":{"message":"CUDA out of memory. Tried to allocate 2.00 GiB","type":"InternalServerError"}}`, true}, // vLLM
+		{`{"error":{"code":500,"message":"failed to allocate buffer for kv cache","type":"server_error"}}`, true},     // llama.cpp
+		{`{"error":"model 'x' not found"}`, false},
+		{`{"error":"unexpected EOF"}`, false},
+	} {
+		if got := isOOM([]byte(tc.body)); got != tc.oom {
+			t.Errorf("isOOM(%s) = %v, want %v", tc.body, got, tc.oom)
+		}
+	}
+}
