@@ -88,8 +88,10 @@ func TestBesideOutlivesTheJob(t *testing.T) {
 	if err := l.AcquireExclusive(context.Background(), ImageJob); err != nil {
 		t.Fatal(err)
 	}
-	if !l.TryAcquireBeside(yes) || !l.TryAcquireBeside(yes) {
-		t.Fatal("not admitted beside")
+	for range 2 {
+		if !l.TryAcquireBeside(yes) {
+			t.Fatal("not admitted beside")
+		}
 	}
 	next := queue(t, l, ImageJob, 1)
 	if handed := l.ReleaseExclusive(true); handed {
