@@ -5,7 +5,7 @@
 //	go run ./bench/load ab      # request-path overhead: turnstile vs plain reverse_proxy, alternating rounds
 //	go run ./bench/load switch  # GPU switch latency, both directions (-llm ollama,vllm -image comfyui,a1111: per engine pair)
 //	go run ./bench/load scale   # 10,000 LLM requests waiting behind a hold: memory, release time (-body 8MiB -n 100: the wait budget)
-//	go run ./bench/load day     # a simulated day: switches and cold loads, ours vs the original policy
+//	go run ./bench/load day     # a simulated day: switches, cold loads, chat waits during renders; ours (with and without co_resident) vs the original policy
 package main
 
 import (
