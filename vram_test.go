@@ -27,7 +27,7 @@ func vramHarness(t *testing.T, settings string) *harness {
 	t.Helper()
 	return newHarness(t, harnessOptions{
 		ollama:   ollamatest.Options{ModelSizes: map[string]int64{"llama3.2": 4 * gib, "qwen3:8b": 12 * gib}},
-		settings: "vram_probe nvidia-smi\n\t\tvram_admission\n\t\tvram_poll_interval 20ms\n\t\t" + settings,
+		settings: "vram_probe nvidia-smi\n\t\tvram_admission\n\t\tvram_poll_interval 100ms\n\t\t" + settings,
 		beforeLoad: func(h *harness) {
 			h.gpu.SetMemory(24 * gib)
 			dir := filepath.Dir(h.gpu.FakeSMI(t.TempDir()))
@@ -120,7 +120,7 @@ func TestVRAMFootprintKeptAcrossARestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.waitTimeline("qwen3:8b unloaded", func([]gputest.Event) bool { return h.gpu.Used() == 0 })
-	h.load(h.caddyfile(harnessOptions{settings: "vram_probe nvidia-smi\n\t\tvram_admission\n\t\tvram_poll_interval 20ms"}))
+	h.load(h.caddyfile(harnessOptions{settings: "vram_probe nvidia-smi\n\t\tvram_admission\n\t\tvram_poll_interval 100ms"}))
 	st := h.waitStatus("qwen3:8b known after the restart", func(st Status) bool {
 		return st.VRAM != nil && len(st.VRAM.Footprints) == 1
 	})
@@ -138,7 +138,7 @@ func TestVRAMLearnsFromTheEngineProcesses(t *testing.T) {
 		engines:  []string{"llamacpp", "comfyui"},
 		llamacpp: llamacpptest.Options{ModelBytes: 5 * gib},
 		memory:   24 * gib,
-		settings: "vram_probe nvidia-smi\n\t\tvram_admission\n\t\tvram_poll_interval 20ms",
+		settings: "vram_probe nvidia-smi\n\t\tvram_admission\n\t\tvram_poll_interval 100ms",
 	})
 	m.waitStatus("a first reading", func(st Status) bool { return st.VRAM != nil && !st.VRAM.Stale })
 	if r := m.post(context.Background(), m.chatPath("llamacpp"), chatBody("qwen3-8b", false)); r.status != 200 {
@@ -166,7 +166,7 @@ func TestCoResidentDuringARender(t *testing.T) {
 	h := newHarness(t, harnessOptions{
 		ollama: ollamatest.Options{ModelSizes: map[string]int64{"llama3.2": 4 * gib, "qwen3:8b": 14 * gib}},
 		comfy:  comfytest.Options{JobBytes: 10 * gib},
-		settings: "vram_probe nvidia-smi\n\t\tvram_admission\n\t\tvram_poll_interval 20ms\n\t\t" +
+		settings: "vram_probe nvidia-smi\n\t\tvram_admission\n\t\tvram_poll_interval 100ms\n\t\t" +
 			"model_vram llama3.2 4GiB\n\t\tmodel_vram qwen3:8b 14GiB\n\t\tco_resident llama3.2 qwen3:8b",
 		beforeLoad: func(h *harness) {
 			h.gpu.SetMemory(24 * gib)

@@ -34,7 +34,7 @@ func newMemFixtureWith(t *testing.T, card *gputest.GPU, sizes map[string]int64, 
 	card.SetMemory(24 * gib)
 	smi := card.FakeSMI(t.TempDir())
 	f := newFixtureOn(t, card, ollamatest.Options{ModelSizes: sizes, Models: modelsOf(sizes)}, copts, func(c *Config) {
-		c.Memory = &MemoryConfig{SMIPath: smi, Poll: 20 * time.Millisecond, Models: map[string]int64{}}
+		c.Memory = &MemoryConfig{SMIPath: smi, Poll: 100 * time.Millisecond, Models: map[string]int64{}}
 		if edit != nil {
 			edit(c.Memory)
 		}
