@@ -122,14 +122,15 @@ func BenchmarkHandlerLLMMemoryAware(b *testing.B) {
 	h.ts.TryLLM()
 	body := []byte(`{"model":"llama3.2","messages":[{"role":"user","content":"Why is the sky blue? Answer in one paragraph."}],"stream":true}`)
 	rd := bytes.NewReader(body)
+	src := io.NopCloser(rd)
 	r := benchRequest("POST", "/api/chat")
-	r.Body = io.NopCloser(rd)
 	r.ContentLength = int64(len(body))
 	w := httptest.NewRecorder()
 	b.ReportAllocs()
 	for b.Loop() {
 		delete(r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any), handledVar)
 		rd.Reset(body)
+		r.Body = src // the handler put its buffered body in its place
 		h.ServeHTTP(w, r, nopNext)
 	}
 }
