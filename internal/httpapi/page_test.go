@@ -41,6 +41,7 @@ func sampleVRAM(readAt time.Time) *gpu.VRAMStatus {
 			{Engine: "ollama", Model: "qwen3:8b", Bytes: 6 * gib},
 		},
 		PendingBytes: 5 * gib,
+		Job:          &gpu.JobMemoryStatus{Engine: "comfyui", Workflow: "comfyui:sdxl.safetensors@1024x1024x1", PeakBytes: 10 * gib, BesideBytes: 4 * gib},
 	}
 }
 
@@ -196,6 +197,9 @@ func TestPageShowsVRAM(t *testing.T) {
 	poll("the line", `/^5\.0 GiB free of 24\.0 GiB, reserve 2\.0 GiB, read \d+(\.\d)? s ago$/.test(document.getElementById("vram-line").textContent)`)
 	if got := eval(`String(document.getElementById("vram-stale").hidden && document.getElementById("vram-error").hidden)`); got != "true" {
 		t.Error("stale or error shown for a fresh reading")
+	}
+	if got, want := eval(`document.getElementById("vram-job").textContent`), "Render on comfyui (comfyui:sdxl.safetensors@1024x1024x1): peak 10.0 GiB learned; co_resident models may run beside it when they fit (4.0 GiB beside it now)"; got != want {
+		t.Errorf("the render's line %q, want %q", got, want)
 	}
 	fp := eval(`[...document.querySelectorAll("#footprints tr")].map((tr) => [...tr.cells].map((td) => td.textContent).join(",")).join(" | ")`)
 	if want := "llama3.2,ollama,4.5,learned,— | qwen3:8b,ollama,6.0,configured,— | qwen3:32b,ollama,21.0,learned,alone"; fp != want {
