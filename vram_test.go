@@ -164,10 +164,10 @@ func sdxlPrompt(durationMS int) string {
 // end; the first render of a workflow never measured runs alone.
 func TestCoResidentDuringARender(t *testing.T) {
 	h := newHarness(t, harnessOptions{
-		ollama: ollamatest.Options{ModelSizes: map[string]int64{"llama3.2": 4 * gib, "qwen3:8b": 14 * gib}},
+		ollama: ollamatest.Options{ModelSizes: map[string]int64{"llama3.2": 4 * gib, "qwen3:8b": 16 * gib}},
 		comfy:  comfytest.Options{JobBytes: 10 * gib},
 		settings: "vram_probe nvidia-smi\n\t\tvram_admission\n\t\tvram_poll_interval 100ms\n\t\t" +
-			"model_vram llama3.2 4GiB\n\t\tmodel_vram qwen3:8b 14GiB\n\t\tco_resident llama3.2 qwen3:8b",
+			"model_vram llama3.2 4GiB\n\t\tmodel_vram qwen3:8b 16GiB\n\t\tco_resident llama3.2 qwen3:8b",
 		beforeLoad: func(h *harness) {
 			h.gpu.SetMemory(24 * gib)
 			h.gpu.ShareAmong("ollama", "comfy") // co-residency shares the card; over-commitment fails the test
@@ -200,8 +200,9 @@ func TestCoResidentDuringARender(t *testing.T) {
 	h.waitIdle()
 
 	// The second render of the same workflow: llama3.2 (4 GiB) fits beside
-	// its 10 GiB and is served during it; qwen3:8b (14 GiB) does not.
-	promptID(t, h.post(ctx, h.image+"/prompt", sdxlPrompt(1500)))
+	// its 10 GiB and is served during it; qwen3:8b (16 GiB) does not, even
+	// with llama3.2 idle (Ollama would evict it): 24 - 10 = 14 GiB.
+	promptID(t, h.post(ctx, h.image+"/prompt", sdxlPrompt(3000)))
 	h.waitStatus("the second render running, measured", func(st Status) bool { return rendering(st) && st.VRAM.Job.PeakBytes == 10*gib })
 	large := h.postAsync(ctx, h.llm+"/api/chat", chatBody("qwen3:8b", false))
 	if r := h.post(ctx, h.llm+"/api/chat", chatBody("llama3.2", false)); r.status != 200 {
