@@ -119,7 +119,7 @@ func (g *GPU) tryBeside(model string) *Admission {
 	})
 	if a != nil {
 		g.metrics.CoResident()
-		g.log().Info("LLM request admitted beside the image job (co_resident)", zap.String("model", model))
+		g.log().Debug("LLM request admitted beside the image job (co_resident)", zap.String("model", model))
 	}
 	return a
 }
