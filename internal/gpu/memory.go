@@ -112,12 +112,14 @@ func (g *GPU) onReading(ctx context.Context, r vram.Reading, err error) {
 		return
 	}
 	if err != nil {
+		first := false
 		g.update(func() {
-			if g.mem.readErr == nil {
-				g.log().Warn("video memory unreadable: admission falls back to the whole-card rules", zap.Error(err))
-			}
+			first = g.mem.readErr == nil
 			g.mem.readErr = err
 		})
+		if first {
+			g.log().Warn("video memory unreadable: admission falls back to the whole-card rules", zap.Error(err))
+		}
 		return
 	}
 	g.loadFootprints(ctx, c.Memory, r.UUID)
@@ -133,9 +135,9 @@ func (g *GPU) onReading(ctx context.Context, r vram.Reading, err error) {
 	m.readErr = nil
 	m.reading = r
 	m.observeJobLocked(r.Total, r.Free)
-	for model, r := range m.resident {
-		if failed[r.engine] {
-			res[model] = r // not listed this time: what was known stays
+	for model, rm := range m.resident {
+		if failed[rm.engine] {
+			res[model] = rm // not listed this time: what was known stays
 		}
 	}
 	changed = changed || !sameResidents(m.resident, res)
