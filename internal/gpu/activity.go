@@ -103,6 +103,20 @@ func (g *GPU) waitFor(ctx context.Context, kind lock.State, since time.Time, wha
 	return func() { g.update(func() { delete(g.act.waiters, id) }) }
 }
 
+// waitingForVRAM is what a request waiting for video memory waits for.
+const waitingForVRAM = "vram"
+
+// waitingFor reports whether a request waits for what (see
+// WaiterStatus.WaitingFor); g.mu is held.
+func (a *activity) waitingFor(what string) bool {
+	for _, w := range a.waiters {
+		if w.waitingFor == what {
+			return true
+		}
+	}
+	return false
+}
+
 // oldestWait is when the longest-waiting request began to wait (zero if
 // none waits); g.mu is held.
 func (a *activity) oldestWait() time.Time {

@@ -16,13 +16,6 @@ import (
 // does not fit in the card's free memory now.
 var ErrNoMemory = errors.New("not enough free video memory for the model")
 
-// MemoryAware reports whether memory-aware admission is on: LLM requests
-// then go through AdmitModel, which reads their model.
-func (g *GPU) MemoryAware() bool {
-	c := g.cfg()
-	return c != nil && c.Memory != nil
-}
-
 // Admission is an LLM request admitted by AdmitModel: Done records its
 // end.
 type Admission struct {
@@ -89,18 +82,11 @@ func waitChange(ctx context.Context, ch <-chan struct{}, deadline time.Time) err
 	}
 }
 
-// waitMemory records a request that waits for memory (the status shows
-// it waiting_for vram, and each reading signals a change while it
-// waits); the returned func records the end of its wait.
+// waitMemory records a request that waits for memory: the status shows
+// it waiting_for vram, and each reading signals a change while it waits.
+// The returned func records the end of its wait.
 func (g *GPU) waitMemory(ctx context.Context) (done func()) {
-	g.mu.Lock()
-	g.mem.vramWaiting++
-	g.mu.Unlock()
-	end := g.waitFor(ctx, lock.LLM, time.Now(), "vram")
-	return func() {
-		end()
-		g.update(func() { g.mem.vramWaiting-- })
-	}
+	return g.waitFor(ctx, lock.LLM, time.Now(), waitingForVRAM)
 }
 
 // tryAdmit admits the request if it fits now, and records it: in flight

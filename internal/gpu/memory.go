@@ -37,11 +37,12 @@ type memState struct {
 	// seen loaded).
 	pending map[uint64]*pendingLoad
 	lastID  uint64
-	// vramWaiting counts the requests waiting for memory: while some do,
-	// each reading signals a change.
-	vramWaiting int
 	// job is the image job holding the GPU, once sent (beside.go).
 	job *jobMemory
+	// staling fires when the last reading goes stale, so that the
+	// change is signalled as it happens (the status, the events, and
+	// the requests that wait on it).
+	staling *time.Timer
 }
 
 // residentModel is a model loaded on an LLM engine.
@@ -92,6 +93,10 @@ func (g *GPU) watchMemory(c *Config) {
 		m.watch.stop()
 		m.watch = nil
 	}
+	if m.staling != nil {
+		m.staling.Stop()
+		m.staling = nil
+	}
 	if mc == nil {
 		return
 	}
@@ -130,10 +135,11 @@ func (g *GPU) onReading(ctx context.Context, r vram.Reading, err error) {
 	m := &g.mem
 	// A new figure is a change (at most one a poll interval); so is the
 	// end of a failure, and any reading while a request waits for memory.
-	changed := m.readErr != nil || m.vramWaiting > 0 || m.reading.Free != r.Free || m.reading.Total != r.Total ||
+	changed := m.readErr != nil || g.act.waitingFor(waitingForVRAM) || m.reading.Free != r.Free || m.reading.Total != r.Total ||
 		m.stale(c.Memory, r.At)
 	m.readErr = nil
 	m.reading = r
+	g.staleAtLocked(staleAfter*c.Memory.Poll + time.Millisecond)
 	m.observeJobLocked(r.Total, r.Free)
 	for model, rm := range m.resident {
 		if failed[rm.engine] {
@@ -153,6 +159,21 @@ func (g *GPU) onReading(ctx context.Context, r vram.Reading, err error) {
 	if save != nil {
 		g.saveFootprints(ctx, c.Memory, r.UUID, save)
 	}
+}
+
+// staleAtLocked has the GPU signal a change in d, when the reading just
+// taken goes stale unless another comes first; g.mu is held.
+func (g *GPU) staleAtLocked(d time.Duration) {
+	m := &g.mem
+	if m.staling != nil {
+		m.staling.Reset(d)
+		return
+	}
+	m.staling = time.AfterFunc(d, func() {
+		if g.ctx.Err() == nil {
+			g.update(func() {})
+		}
+	})
 }
 
 // listResidents lists the models each LLM engine has loaded, with their

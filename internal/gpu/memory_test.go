@@ -238,13 +238,7 @@ func TestMemoryStaleReadingFallsBack(t *testing.T) {
 		t.Fatalf("large: %v, want ErrNoMemory", err)
 	}
 	f.card.SetSMIStalled(true)
-	deadline := time.Now().Add(10 * time.Second)
-	for !f.g.Status().VRAM.Stale { // staleness is time passing, with no event to wait on
-		if time.Now().After(deadline) {
-			t.Fatal("the reading never went stale")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	f.waitState(t, "the reading stale", func(st Status) bool { return st.VRAM.Stale })
 	a, err := f.admit(t, "large", time.Second, true)
 	if err != nil {
 		t.Fatalf("large with a stale reading: %v, want the whole-card rules (admitted)", err)
