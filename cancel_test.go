@@ -12,6 +12,8 @@ import (
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy/comfytest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama/ollamatest"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi/browsertest"
 )
 
 // runningJob posts a long prompt through Caddy and returns its prompt_id
@@ -159,13 +161,13 @@ func TestStatusControlsCaddyfile(t *testing.T) {
 // Chromium, under the page's CSP: the button shows only on the page of a
 // status handler with controls, and reports the job's end.
 func TestStatusPageCancelButton(t *testing.T) {
-	if findChromium() == "" {
+	if browsertest.Find() == "" {
 		t.Skip("no Chromium found (Debian package chromium); .ci/run installs it")
 	}
 	h := newHarness(t, harnessOptions{comfy: comfytest.Options{JobDuration: time.Hour}, edit: func(cf string) string {
 		return strings.Replace(cf, "gpu_turnstile_status\n", "gpu_turnstile_status {\n\t\t\tcontrols\n\t\t}\n", 1)
 	}})
-	ctx := newBrowser(t)
+	ctx, _ := browsertest.New(t)
 	// The page asks "Cancel the running image job?" and waits, as does
 	// the click: another goroutine accepts.
 	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)

@@ -4,17 +4,16 @@ import (
 	"context"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/page"
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi/browsertest"
 )
 
 func TestPageHeadersAndCSP(t *testing.T) {
@@ -41,15 +40,6 @@ func TestPageHeadersAndCSP(t *testing.T) {
 	}
 }
 
-func findChromium() string {
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	return ""
-}
-
 // TestStatusPageInABrowser loads the page in headless Chromium through a
 // real Caddy, under the page's own CSP, and watches it follow the GPU from
 // llm to image and back without a reload: on the event stream, and by
@@ -59,49 +49,12 @@ func TestStatusPageInABrowser(t *testing.T) {
 	t.Run("polling", func(t *testing.T) { testStatusPage(t, true) })
 }
 
-// newBrowser starts headless Chromium for t, as the machine's closed
-// network wants it, and returns its context, bounded to 60 s; it skips t
-// where no Chromium is installed.
-func newBrowser(t *testing.T) context.Context {
-	t.Helper()
-	chromium := findChromium()
-	if chromium == "" {
-		t.Skip("no Chromium found (Debian package chromium); .ci/run installs it")
-	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true),
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1200, 1000))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancelAlloc)
-	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(cancel)
-	ctx, cancelT := context.WithTimeout(ctx, 60*time.Second)
-	t.Cleanup(cancelT)
-	return ctx
-}
-
 func testStatusPage(t *testing.T, polling bool) {
-	if findChromium() == "" {
+	if browsertest.Find() == "" {
 		t.Skip("no Chromium found (Debian package chromium); .ci/run installs it")
 	}
 	h := newHarness(t, harnessOptions{comfy: comfyOpts(time.Hour)})
-	ctx := newBrowser(t)
-	var mu sync.Mutex
-	var problems []string
-	if err := chromedp.Listen(ctx, func(ev any) {
-		mu.Lock()
-		defer mu.Unlock()
-		if e, ok := ev.(*runtime.EventExceptionThrown); ok {
-			problems = append(problems, e.ExceptionDetails.Text)
-		}
-		if e, ok := ev.(*runtime.EventConsoleAPICalled); ok && e.Type == runtime.ConsoleAPICalledTypeError {
-			problems = append(problems, "console error")
-		}
-	}); err != nil {
-		t.Fatalf("starting Chromium: %v", err)
-	}
+	ctx, problems := browsertest.New(t)
 	poll := func(expr string) error {
 		_, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(20*time.Second)))
 		return err
@@ -135,7 +88,7 @@ func testStatusPage(t *testing.T, polling bool) {
 		t.Fatal(err)
 	}
 	if err := waitState("LLM"); err != nil {
-		t.Fatalf("page never showed LLM (a blocked script shows nothing): %v; problems %v", err, problems)
+		t.Fatalf("page never showed LLM (a blocked script shows nothing): %v; problems %v", err, problems())
 	}
 	if err := poll(`document.getElementById("conn").textContent.includes("` + mode + `")`); err != nil {
 		t.Fatalf("the page is not live %s: %v; %q", mode, err, text("#conn"))
@@ -198,10 +151,8 @@ func testStatusPage(t *testing.T, polling bool) {
 		t.Fatalf("jobs table %q lacks the job %s", jobs, id[:8])
 	}
 	screenshot(t, ctx, "status-page-idle"+strings.Trim(mode, "()")+".png")
-	mu.Lock()
-	defer mu.Unlock()
-	if len(problems) > 0 {
-		t.Fatalf("page errors: %v", problems)
+	if pr := problems(); len(pr) > 0 {
+		t.Fatalf("page errors: %v", pr)
 	}
 	t.Logf("screenshots in %s", filepath.Dir(shot))
 }
@@ -229,7 +180,7 @@ func screenshot(t *testing.T, ctx context.Context, name string) string {
 // varied scene. It runs only with GPU_TURNSTILE_SCREENSHOT=path.png.
 func TestStatusPageScreenshot(t *testing.T) {
 	out := os.Getenv("GPU_TURNSTILE_SCREENSHOT")
-	chromium := findChromium()
+	chromium := browsertest.Find()
 	if out == "" || chromium == "" {
 		t.Skip("set GPU_TURNSTILE_SCREENSHOT=path.png (and install chromium) to make the README's screenshot")
 	}

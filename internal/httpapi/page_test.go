@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,10 +15,10 @@ import (
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/page"
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi/browsertest"
 )
 
 const gib = 1 << 30
@@ -45,39 +44,32 @@ func sampleVRAM(readAt time.Time) *gpu.VRAMStatus {
 	}
 }
 
-// TestPageShowsVRAM loads the page in headless Chromium, under its own
-// CSP, with a status that gains a "vram" object and loses it again: the
-// bar of the card's memory, the line under it, the footprints and the
-// waiter waiting for memory; and without vram, the page as before.
-func TestPageShowsVRAM(t *testing.T) {
-	chromium := ""
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
-		if p, err := exec.LookPath(name); err == nil {
-			chromium = p
-			break
-		}
-	}
-	if chromium == "" {
-		t.Skip("no Chromium found (Debian package chromium); .ci/run installs it")
-	}
+// vramPage is the status page in headless Chromium, polling (no
+// EventSource) a server whose status carries the vram and waiters a test
+// sets.
+type vramPage struct {
+	t        *testing.T
+	ctx      context.Context
+	problems func() []string
+
+	mu      sync.Mutex
+	vram    *gpu.VRAMStatus
+	waiters []gpu.WaiterStatus
+}
+
+func newVRAMPage(t *testing.T) *vramPage {
+	p := &vramPage{t: t}
+	p.ctx, p.problems = browsertest.New(t)
 	ts := testTurnstile("default")
-	defer ts.Close()
-	var mu sync.Mutex
-	var vram *gpu.VRAMStatus
-	var waiters []gpu.WaiterStatus
-	set := func(v *gpu.VRAMStatus, w []gpu.WaiterStatus) {
-		mu.Lock()
-		vram, waiters = v, w
-		mu.Unlock()
-	}
+	t.Cleanup(ts.Close)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var err error
 		switch r.URL.Query().Get("view") {
 		case "json":
 			st := ts.status()
-			mu.Lock()
-			st.VRAM, st.Waiters, st.LLMWaiting = vram, waiters, len(waiters)
-			mu.Unlock()
+			p.mu.Lock()
+			st.VRAM, st.Waiters, st.LLMWaiting = p.vram, p.waiters, len(p.waiters)
+			p.mu.Unlock()
 			err = writeJSON(w, http.StatusOK, st)
 		case "history":
 			err = writeJSON(w, http.StatusOK, ts.History(time.Time{}))
@@ -90,95 +82,117 @@ func TestPageShowsVRAM(t *testing.T) {
 			t.Error(err)
 		}
 	}))
-	defer srv.Close()
-
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1200, 1000))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	ctx, cancelT := context.WithTimeout(ctx, 60*time.Second)
-	defer cancelT()
-	var pmu sync.Mutex
-	var problems []string
-	if err := chromedp.Listen(ctx, func(ev any) {
-		pmu.Lock()
-		defer pmu.Unlock()
-		if e, ok := ev.(*runtime.EventExceptionThrown); ok {
-			problems = append(problems, e.ExceptionDetails.Text)
-		}
-		if e, ok := ev.(*runtime.EventConsoleAPICalled); ok && e.Type == runtime.ConsoleAPICalledTypeError {
-			problems = append(problems, "console error")
-		}
-	}); err != nil {
-		t.Fatalf("starting Chromium: %v", err)
-	}
+	t.Cleanup(srv.Close)
 	// Polling, so that each change of the served status shows within 1 s.
-	if _, err := chromedp.Run(ctx, func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+	if _, err := chromedp.Run(p.ctx, func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
 		_, err := cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument,
 			page.AddScriptToEvaluateOnNewDocumentParams{Source: "delete window.EventSource;"})
 		return chromedp.Void{}, err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	poll := func(what, expr string) {
-		t.Helper()
-		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(20*time.Second))); err != nil {
-			pmu.Lock()
-			defer pmu.Unlock()
-			t.Fatalf("%s: %v; page errors %v", what, err, problems)
-		}
-	}
-	eval := func(expr string) string {
-		t.Helper()
-		s, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("%s: %v", expr, err)
-		}
-		return s
-	}
-	shot := func(name string) {
-		t.Helper()
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Fatal(err)
-		}
-		dir := os.Getenv("GPU_TURNSTILE_ARTIFACTS")
-		if dir == "" {
-			dir = t.TempDir()
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	const timelineTop = `String(document.querySelector("[aria-labelledby=h-tl]").getBoundingClientRect().top)`
-
-	// Without vram, no memory section, and the page as it was.
-	if _, err := chromedp.Run(ctx, chromedp.Navigate(srv.URL+"/healthz")); err != nil {
+	if _, err := chromedp.Run(p.ctx, chromedp.Navigate(srv.URL+"/healthz")); err != nil {
 		t.Fatal(err)
 	}
-	poll("the page never showed IDLE", `document.getElementById("state").textContent === "IDLE" && document.getElementById("conn").textContent.includes("polling")`)
-	if got := eval(`String(document.getElementById("vram").hidden)`); got != "true" {
+	return p
+}
+
+// set changes the status the page is served.
+func (p *vramPage) set(v *gpu.VRAMStatus, w []gpu.WaiterStatus) {
+	p.mu.Lock()
+	p.vram, p.waiters = v, w
+	p.mu.Unlock()
+}
+
+// poll waits, 20 s at most, until the page's expr is true.
+func (p *vramPage) poll(what, expr string) {
+	p.t.Helper()
+	if _, err := chromedp.Run(p.ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(20*time.Second))); err != nil {
+		p.t.Fatalf("%s: %v; page errors %v", what, err, p.problems())
+	}
+}
+
+func (p *vramPage) eval(expr string) string {
+	p.t.Helper()
+	s, err := chromedp.Run(p.ctx, chromedp.Evaluate[string](expr))
+	if err != nil {
+		p.t.Fatalf("%s: %v", expr, err)
+	}
+	return s
+}
+
+// shot keeps a screenshot in $GPU_TURNSTILE_ARTIFACTS, for a person to
+// look at.
+func (p *vramPage) shot(name string) {
+	p.t.Helper()
+	dir := os.Getenv("GPU_TURNSTILE_ARTIFACTS")
+	if dir == "" {
+		return
+	}
+	png, err := chromedp.Run(p.ctx, chromedp.FullScreenshot(100))
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, name), png, 0o644)
+	}
+	if err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+const timelineTop = `String(document.querySelector("[aria-labelledby=h-tl]").getBoundingClientRect().top)`
+
+// TestPageShowsVRAM loads the page in headless Chromium, under its own
+// CSP, with a status that gains a "vram" object and loses it again: the
+// bar of the card's memory, the line under it, the running render, the
+// footprints and the waiter waiting for memory; a stale reading, none;
+// and without vram, the page as before.
+func TestPageShowsVRAM(t *testing.T) {
+	p := newVRAMPage(t)
+	p.poll("the page never showed IDLE", `document.getElementById("state").textContent === "IDLE" && document.getElementById("conn").textContent.includes("polling")`)
+	if got := p.eval(`String(document.getElementById("vram").hidden)`); got != "true" {
 		t.Fatal("the memory section shows without vram")
 	}
-	top := eval(timelineTop)
+	top := p.eval(timelineTop)
 
-	// With vram: the bar, the line, the footprints, the waiter.
-	set(sampleVRAM(time.Now()), []gpu.WaiterStatus{
+	p.set(sampleVRAM(time.Now()), []gpu.WaiterStatus{
 		{Kind: "llm", Since: time.Now(), Path: "/api/chat", Model: "qwen3:32b", WaitingFor: "vram"},
 		{Kind: "llm", Since: time.Now(), Path: "/api/chat", Model: "llama3.2"},
 	})
-	poll("the memory section never showed", `!document.getElementById("vram").hidden && document.querySelectorAll("#vram-bar li").length > 0`)
-	segs := eval(`[...document.querySelectorAll("#vram-bar li")].map((li) => li.textContent).join(" | ")`)
+	p.poll("the memory section never showed", `!document.getElementById("vram").hidden && document.querySelectorAll("#vram-bar li").length > 0`)
+	p.checkBar()
+	p.checkLines()
+	p.shot("status-page-vram.png")
+	p.checkStale()
+	p.shot("status-page-vram-stale.png")
+
+	// No reading yet: no bar, a line that says so.
+	p.set(&gpu.VRAMStatus{Stale: true, Footprints: []gpu.FootprintStatus{}, Loaded: []gpu.LoadedStatus{}}, nil)
+	p.poll("no reading", `document.getElementById("vram-text").textContent === "No reading of the card's memory yet."`)
+	if got := p.eval(`String(document.getElementById("vram-bar").getBoundingClientRect().height) + " " + document.getElementById("footprints").textContent`); got != "0 No footprint known yet." {
+		t.Errorf("without a reading: %q", got)
+	}
+
+	// Without vram again, the page is as it was.
+	p.set(nil, nil)
+	p.poll("the memory section stays", `document.getElementById("vram").hidden`)
+	if got := p.eval(timelineTop); got != top {
+		t.Errorf("the timeline moved from %s to %s px without vram", top, got)
+	}
+	if pr := p.problems(); len(pr) > 0 {
+		t.Fatalf("page errors: %v", pr)
+	}
+}
+
+// checkBar checks sampleVRAM's bar: each segment's label, and its width
+// as its share of the card.
+func (p *vramPage) checkBar() {
+	t := p.t
+	t.Helper()
+	segs := p.eval(`[...document.querySelectorAll("#vram-bar li")].map((li) => li.textContent).join(" | ")`)
 	if want := "ollama/llama3.2 4.5 GiB, 1 in flight | ollama/qwen3:8b 6.0 GiB | loading 5.0 GiB | " +
 		"other 3.5 GiB (with llamacpp/gemma3) | free 3.0 GiB | reserve 2.0 GiB"; segs != want {
 		t.Errorf("bar:\n got %q\nwant %q", segs, want)
 	}
-	// Each segment's width is its share of the card.
-	widths := eval(`(() => { const bar = document.getElementById("vram-bar").getBoundingClientRect().width - 2;
+	widths := p.eval(`(() => { const bar = document.getElementById("vram-bar").getBoundingClientRect().width - 2;
 		return [...document.querySelectorAll("#vram-bar li")].map((li) => (li.getBoundingClientRect().width / bar * 24).toFixed(2)).join(" "); })()`)
 	var sum float64
 	for i, w := range strings.Fields(widths) {
@@ -194,52 +208,41 @@ func TestPageShowsVRAM(t *testing.T) {
 	if math.Abs(sum-24) > 0.2 {
 		t.Errorf("the segments fill %.2f GiB of 24 (%s)", sum, widths)
 	}
-	poll("the line", `/^5\.0 GiB free of 24\.0 GiB, reserve 2\.0 GiB, read \d+(\.\d)? s ago$/.test(document.getElementById("vram-line").textContent)`)
-	if got := eval(`String(document.getElementById("vram-stale").hidden && document.getElementById("vram-error").hidden)`); got != "true" {
+}
+
+// checkLines checks sampleVRAM's line, render, footprints and waiters.
+func (p *vramPage) checkLines() {
+	t := p.t
+	t.Helper()
+	p.poll("the line", `/^5\.0 GiB free of 24\.0 GiB, reserve 2\.0 GiB, read \d+(\.\d)? s ago$/.test(document.getElementById("vram-line").textContent)`)
+	if got := p.eval(`String(document.getElementById("vram-stale").hidden && document.getElementById("vram-error").hidden)`); got != "true" {
 		t.Error("stale or error shown for a fresh reading")
 	}
-	if got, want := eval(`document.getElementById("vram-job").textContent`), "Render on comfyui (comfyui:sdxl.safetensors@1024x1024x1): peak 10.0 GiB learned; co_resident models may run beside it when they fit (4.0 GiB beside it now)"; got != want {
+	if got, want := p.eval(`document.getElementById("vram-job").textContent`), "Render on comfyui (comfyui:sdxl.safetensors@1024x1024x1): peak 10.0 GiB learned; co_resident models may run beside it when they fit (4.0 GiB beside it now)"; got != want {
 		t.Errorf("the render's line %q, want %q", got, want)
 	}
-	fp := eval(`[...document.querySelectorAll("#footprints tr")].map((tr) => [...tr.cells].map((td) => td.textContent).join(",")).join(" | ")`)
+	fp := p.eval(`[...document.querySelectorAll("#footprints tr")].map((tr) => [...tr.cells].map((td) => td.textContent).join(",")).join(" | ")`)
 	if want := "llama3.2,ollama,4.5,learned,— | qwen3:8b,ollama,6.0,configured,— | qwen3:32b,ollama,21.0,learned,alone"; fp != want {
 		t.Errorf("footprints:\n got %q\nwant %q", fp, want)
 	}
-	poll("the waiter waiting for memory", `document.getElementById("waiters").textContent.includes("llm /api/chat · qwen3:32b · waiting for memory ")`)
-	if w := eval(`document.getElementById("waiters").children[1].textContent`); !strings.HasPrefix(w, "llm /api/chat · llama3.2 · waiting ") || strings.Contains(w, "memory") {
+	p.poll("the waiter waiting for memory", `document.getElementById("waiters").textContent.includes("llm /api/chat · qwen3:32b · waiting for memory ")`)
+	if w := p.eval(`document.getElementById("waiters").children[1].textContent`); !strings.HasPrefix(w, "llm /api/chat · llama3.2 · waiting ") || strings.Contains(w, "memory") {
 		t.Errorf("a waiter for the lock shows as %q", w)
 	}
-	shot("status-page-vram.png")
+}
 
-	// A stale reading with an error.
+// checkStale checks a stale reading with an error.
+func (p *vramPage) checkStale() {
+	t := p.t
+	t.Helper()
 	v := sampleVRAM(time.Now().Add(-90 * time.Second))
 	v.Stale, v.Error = true, "nvidia-smi: exit status 9"
-	set(v, nil)
-	poll("stale", `document.getElementById("vram-line").textContent.endsWith(" · stale: admission follows the whole-card rules")`)
-	if got := eval(`document.getElementById("vram-error").textContent`); got != "Reading failed: nvidia-smi: exit status 9" {
+	p.set(v, nil)
+	p.poll("stale", `document.getElementById("vram-line").textContent.endsWith(" · stale: admission follows the whole-card rules")`)
+	if got := p.eval(`document.getElementById("vram-error").textContent`); got != "Reading failed: nvidia-smi: exit status 9" {
 		t.Errorf("error line %q", got)
 	}
-	if got := eval(`document.getElementById("vram-text").textContent`); !strings.Contains(got, ", read 1 min 3") {
+	if got := p.eval(`document.getElementById("vram-text").textContent`); !strings.Contains(got, ", read 1 min 3") {
 		t.Errorf("line %q: the reading's age", got)
-	}
-	shot("status-page-vram-stale.png")
-
-	// No reading yet: no bar, a line that says so.
-	set(&gpu.VRAMStatus{Stale: true, Footprints: []gpu.FootprintStatus{}, Loaded: []gpu.LoadedStatus{}}, nil)
-	poll("no reading", `document.getElementById("vram-text").textContent === "No reading of the card's memory yet."`)
-	if got := eval(`String(document.getElementById("vram-bar").getBoundingClientRect().height) + " " + document.getElementById("footprints").textContent`); got != "0 No footprint known yet." {
-		t.Errorf("without a reading: %q", got)
-	}
-
-	// Without vram again, the page is as it was.
-	set(nil, nil)
-	poll("the memory section stays", `document.getElementById("vram").hidden`)
-	if got := eval(timelineTop); got != top {
-		t.Errorf("the timeline moved from %s to %s px without vram", top, got)
-	}
-	pmu.Lock()
-	defer pmu.Unlock()
-	if len(problems) > 0 {
-		t.Fatalf("page errors: %v", problems)
 	}
 }
