@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -58,8 +57,7 @@ func newMix(t *testing.T, opts mixOptions) *mix {
 	h := &harness{t: t, gpu: gputest.New(), client: newTestClient()}
 	h.gpu.ShareAmong("ollama", "llamacpp", "llamaswap", "vllm")
 	if opts.memory > 0 {
-		h.gpu.SetMemory(opts.memory)
-		t.Setenv("PATH", filepath.Dir(h.gpu.FakeSMI(t.TempDir()))+string(os.PathListSeparator)+os.Getenv("PATH"))
+		h.withMemory(opts.memory)
 	}
 	m := &mix{harness: h, sites: map[string]string{}}
 	if slices.Contains(opts.engines, "vllm") && slices.Contains(opts.engines, "a1111") {
@@ -109,12 +107,7 @@ func newMix(t *testing.T, opts mixOptions) *mix {
 		for _, c := range closers {
 			c()
 		}
-		if o := h.gpu.Overlaps(); len(o) > 0 && !h.overlapExpected {
-			t.Errorf("the GPU was shared:\n%s\ntimeline:\n%s", strings.Join(o, "\n"), gputest.Dump(h.gpu.Events()))
-		}
-		if o := h.gpu.OverCommits(); len(o) > 0 {
-			t.Errorf("the card was over-committed:\n%s\ntimeline:\n%s", strings.Join(o, "\n"), gputest.Dump(h.gpu.Events()))
-		}
+		h.checkCard()
 	})
 	return m
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -103,14 +104,27 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		if h.comfy != nil {
 			h.comfy.Close()
 		}
-		if o := h.gpu.Overlaps(); len(o) > 0 && !h.overlapExpected {
-			t.Errorf("the GPU was shared:\n%s\ntimeline:\n%s", strings.Join(o, "\n"), gputest.Dump(h.gpu.Events()))
-		}
-		if o := h.gpu.OverCommits(); len(o) > 0 {
-			t.Errorf("the card was over-committed:\n%s\ntimeline:\n%s", strings.Join(o, "\n"), gputest.Dump(h.gpu.Events()))
-		}
+		h.checkCard()
 	})
 	return h
+}
+
+// checkCard fails the test if the simulated GPU was shared (unless the
+// test expects it) or over-committed.
+func (h *harness) checkCard() {
+	if o := h.gpu.Overlaps(); len(o) > 0 && !h.overlapExpected {
+		h.t.Errorf("the GPU was shared:\n%s\ntimeline:\n%s", strings.Join(o, "\n"), gputest.Dump(h.gpu.Events()))
+	}
+	if o := h.gpu.OverCommits(); len(o) > 0 {
+		h.t.Errorf("the card was over-committed:\n%s\ntimeline:\n%s", strings.Join(o, "\n"), gputest.Dump(h.gpu.Events()))
+	}
+}
+
+// withMemory gives the simulated card a size, read through the fake
+// nvidia-smi that it puts first on PATH.
+func (h *harness) withMemory(size int64) {
+	h.gpu.SetMemory(size)
+	h.t.Setenv("PATH", filepath.Dir(h.gpu.FakeSMI(h.t.TempDir()))+string(os.PathListSeparator)+os.Getenv("PATH"))
 }
 
 // newTestClient is the tests' HTTP client. A connection the kernel has

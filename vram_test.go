@@ -3,8 +3,6 @@ package turnstile
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -26,13 +24,9 @@ const gib = int64(1) << 30
 func vramHarness(t *testing.T, settings string) *harness {
 	t.Helper()
 	return newHarness(t, harnessOptions{
-		ollama:   ollamatest.Options{ModelSizes: map[string]int64{"llama3.2": 4 * gib, "qwen3:8b": 12 * gib}},
-		settings: "vram_probe nvidia-smi\n\t\tvram_admission\n\t\tvram_poll_interval 100ms\n\t\t" + settings,
-		beforeLoad: func(h *harness) {
-			h.gpu.SetMemory(24 * gib)
-			dir := filepath.Dir(h.gpu.FakeSMI(t.TempDir()))
-			t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
-		},
+		ollama:     ollamatest.Options{ModelSizes: map[string]int64{"llama3.2": 4 * gib, "qwen3:8b": 12 * gib}},
+		settings:   "vram_probe nvidia-smi\n\t\tvram_admission\n\t\tvram_poll_interval 100ms\n\t\t" + settings,
+		beforeLoad: func(h *harness) { h.withMemory(24 * gib) },
 	})
 }
 
@@ -169,9 +163,8 @@ func TestCoResidentDuringARender(t *testing.T) {
 		settings: "vram_probe nvidia-smi\n\t\tvram_admission\n\t\tvram_poll_interval 100ms\n\t\t" +
 			"model_vram llama3.2 4GiB\n\t\tmodel_vram qwen3:8b 16GiB\n\t\tco_resident llama3.2 qwen3:8b",
 		beforeLoad: func(h *harness) {
-			h.gpu.SetMemory(24 * gib)
+			h.withMemory(24 * gib)
 			h.gpu.ShareAmong("ollama", "comfy") // co-residency shares the card; over-commitment fails the test
-			t.Setenv("PATH", filepath.Dir(h.gpu.FakeSMI(t.TempDir()))+string(os.PathListSeparator)+os.Getenv("PATH"))
 		},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
