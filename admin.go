@@ -7,7 +7,7 @@ import (
 )
 
 func init() {
-	caddy.RegisterModule(Admin{})
+	caddy.RegisterModule(new(Admin))
 }
 
 // Admin serves the turnstiles' admin routes on Caddy's admin endpoint
@@ -15,6 +15,7 @@ func init() {
 //
 //	GET    /gpu_turnstile/status            every turnstile's status
 //	GET    /gpu_turnstile/history[?turnstile=NAME]
+//	GET    /gpu_turnstile/events[?turnstile=NAME]  the live events (Server-Sent Events)
 //	GET    /gpu_turnstile/holds             active holds
 //	POST   /gpu_turnstile/holds             {"turnstile","owner","ttl","wait","wait_timeout"} -> 201 once held
 //	POST   /gpu_turnstile/holds/{id}/renew  [{"ttl"}]
@@ -24,19 +25,28 @@ func init() {
 //
 // The hold routes are those of the gpu_turnstile_holds handler, for every
 // turnstile.
-type Admin struct{}
+type Admin struct {
+	done <-chan struct{}
+}
 
 // CaddyModule returns the Caddy module information.
-func (Admin) CaddyModule() caddy.ModuleInfo {
+func (*Admin) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{
 		ID:  "admin.api.gpu_turnstile",
 		New: func() caddy.Module { return new(Admin) },
 	}
 }
 
+// Provision keeps the end of the config that starts this admin
+// endpoint: a reload or Caddy's exit ends its event streams.
+func (a *Admin) Provision(ctx caddy.Context) error {
+	a.done = ctx.Done()
+	return nil
+}
+
 // Routes returns the admin routes.
-func (Admin) Routes() []caddy.AdminRoute {
-	routes := httpapi.Admin{Turnstiles: pooled{}}
+func (a *Admin) Routes() []caddy.AdminRoute {
+	routes := httpapi.Admin{Turnstiles: pooled{}, Done: a.done}
 	return []caddy.AdminRoute{{Pattern: "/gpu_turnstile/", Handler: caddy.AdminHandlerFunc(routes.ServeHTTP)}}
 }
 
@@ -64,6 +74,7 @@ func (pooled) Range(f func(httpapi.Turnstile) bool) {
 
 // Interface guards
 var (
-	_ caddy.AdminRouter  = Admin{}
+	_ caddy.AdminRouter  = (*Admin)(nil)
+	_ caddy.Provisioner  = (*Admin)(nil)
 	_ httpapi.Turnstiles = pooled{}
 )

@@ -24,6 +24,10 @@ const DefaultTurnstile = "default"
 // caddy.APIError values.
 type Admin struct {
 	Turnstiles Turnstiles
+	// Done is closed when the config whose admin endpoint serves the
+	// routes ends (a reload replaces the endpoint): it ends the event
+	// streams, which would otherwise hold up the old endpoint's shutdown.
+	Done <-chan struct{}
 }
 
 // ServeHTTP answers one request to the admin endpoint.
@@ -50,6 +54,15 @@ func (a Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		return writeJSON(w, http.StatusOK, t.History(time.Time{}))
+	case rest == "events":
+		if err := allow(r, http.MethodGet); err != nil {
+			return err
+		}
+		t, err := findTurnstile(a.Turnstiles, r.URL.Query().Get("turnstile"))
+		if err != nil {
+			return err
+		}
+		return streamEvents(w, r, t, a.Done, nil)
 	case rest == "job":
 		if err := allow(r, http.MethodDelete); err != nil {
 			return err

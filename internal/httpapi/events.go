@@ -36,7 +36,13 @@ func wantsEvents(r *http.Request) bool {
 // Caddy's exit waits for a stream; a browser reconnects to the new
 // config) or the client falls behind and is dropped.
 func (s *StatusRoutes) serveEvents(w http.ResponseWriter, r *http.Request) error {
-	sub, err := s.Turnstile.Subscribe()
+	return streamEvents(w, r, s.Turnstile, s.Done, s.Shutdown)
+}
+
+// streamEvents streams t's events to w until r's client goes, either of
+// done and shutdown is closed (nil never is), or the client falls behind.
+func streamEvents(w http.ResponseWriter, r *http.Request, t Turnstile, done, shutdown <-chan struct{}) error {
+	sub, err := t.Subscribe()
 	if err != nil {
 		// The page falls back to polling.
 		w.Header().Set("Retry-After", "30")
@@ -52,7 +58,7 @@ func (s *StatusRoutes) serveEvents(w http.ResponseWriter, r *http.Request) error
 	hdr.Set("X-Accel-Buffering", "no") // nginx in front: do not buffer
 	w.WriteHeader(http.StatusOK)
 
-	first, err := json.Marshal(s.Turnstile.status())
+	first, err := json.Marshal(t.status())
 	if err != nil {
 		return err
 	}
@@ -82,9 +88,9 @@ func (s *StatusRoutes) serveEvents(w http.ResponseWriter, r *http.Request) error
 			buf.WriteString(": keep-alive\n\n")
 		case <-r.Context().Done():
 			return nil
-		case <-s.Done:
+		case <-done:
 			return nil
-		case <-s.Shutdown:
+		case <-shutdown:
 			return nil
 		}
 	}
