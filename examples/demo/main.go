@@ -68,6 +68,8 @@ type demo struct {
 	out       sync.Mutex
 	llm       string // Caddy's LLM-facing URL
 	image     string // Caddy's image-facing URL
+	admin     string // Caddy's admin endpoint, host:port
+	caddyBin  string
 	llmKind   llmEngine
 	imageKind imageEngine
 	gpu       *gputest.GPU
@@ -83,7 +85,7 @@ func run(o options) error {
 	if _, err := os.Stat(o.caddyBin); err != nil {
 		return fmt.Errorf("%s not found: build it with ./xcaddy.sh build", o.caddyBin)
 	}
-	d := &demo{start: time.Now(), gpu: gputest.New(), llmKind: o.llm, imageKind: o.image}
+	d := &demo{start: time.Now(), gpu: gputest.New(), llmKind: o.llm, imageKind: o.image, caddyBin: o.caddyBin}
 	// LLM engines may share the GPU with one another; not with an image engine.
 	d.gpu.ShareAmong("ollama", "llamacpp", "llamaswap", "vllm")
 
@@ -101,6 +103,7 @@ func run(o options) error {
 	adminL.Close()
 	d.llm = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
 	d.image = fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+	d.admin = fmt.Sprintf("127.0.0.1:%d", ports[2])
 
 	dir, err := os.MkdirTemp("", "gpu-turnstile-demo")
 	if err != nil {
@@ -110,7 +113,7 @@ func run(o options) error {
 	env := append(os.Environ(),
 		"LLM_KIND="+o.llm.kind, "LLM_URL="+llmURL, "IMAGE_KIND="+o.image.kind, "IMAGE_URL="+imageURL, "WARM="+warmLine(o.llm),
 		fmt.Sprintf("LLM_PORT=%d", ports[0]), fmt.Sprintf("IMAGE_PORT=%d", ports[1]),
-		fmt.Sprintf("ADMIN_ADDR=127.0.0.1:%d", ports[2]),
+		"ADMIN_ADDR="+d.admin,
 		"XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
 	logPath, stopCaddy, err := startCaddy(o.caddyBin, dir, env)
 	if err != nil {
@@ -170,6 +173,7 @@ func (d *demo) header(caddyBin, llmURL, imageURL, logPath string) {
 	fmt.Printf("gpu-turnstile demo: Caddy (%s) in front of simulated %s and %s\n", caddyBin, l, i)
 	fmt.Printf("  %-*s %s  ->  simulated %-*s %s\n", facing, l+"-facing", d.llm, facing-len("-facing"), l, llmURL)
 	fmt.Printf("  %-*s %s  ->  simulated %-*s %s\n", facing, i+"-facing", d.image, facing-len("-facing"), i, imageURL)
+	fmt.Printf("  admin endpoint: %s  (%s gpu-turnstile --address %[1]s status)\n", d.admin, caddyBin)
 	fmt.Printf("  Caddy's log: %s\n\n", logPath)
 }
 
@@ -191,8 +195,11 @@ Still serving. Try, in another terminal:
   curl %s/healthz
   curl -N '%[3]s/healthz?view=events'   (the live events)
   open %[3]s/healthz?view=html in a browser for the live status page
+  %[4]s gpu-turnstile --address %[5]s status
+  %[4]s gpu-turnstile --address %[5]s hold --owner me --ttl 2m   (then: release ID)
+  %[4]s gpu-turnstile --address %[5]s events
 Ctrl-C to stop.
-`, d.llmKind.try(d.llm), fmt.Sprintf(d.imageKind.try, d.image), d.llm)
+`, d.llmKind.try(d.llm), fmt.Sprintf(d.imageKind.try, d.image), d.llm, d.caddyBin, d.admin)
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	<-sig
