@@ -6,7 +6,8 @@
 #   ./xcaddy.sh demo  [-engines LLM,IMAGE]  -> build, then run against simulated engines
 #                                              (default ollama,comfyui; e.g. llamacpp,a1111)
 #
-# Environment: CADDY_VERSION (default v2.11.9), CADDY_BIN (default ./caddy).
+# Environment: CADDY_VERSION (default v2.11.9), CADDY_BIN (default ./caddy),
+# MODULE_VERSION (default: from Git, see module_version).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -28,9 +29,37 @@ done
 export GOPROXY="${proxies}off"
 export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
 
+# module_version is the plugin's version that `caddy list-modules
+# --versions` shows: the tag at HEAD (v1.2.3), else a Go pseudo-version
+# naming the commit (v1.2.4-0.20261202061500-0123456789ab after tag
+# v1.2.3); nothing outside a Git checkout, and Go then shows
+# v0.0.0-00010101000000-000000000000. Uncommitted changes are not marked.
+module_version() {
+	if [ -n "${MODULE_VERSION:-}" ]; then
+		echo "$MODULE_VERSION"
+		return
+	fi
+	command -v git >/dev/null && git rev-parse --verify -q HEAD >/dev/null 2>&1 || return 0
+	local tag base stamp hash
+	if tag=$(git describe --tags --exact-match --match 'v[0-9]*.[0-9]*.[0-9]*' 2>/dev/null); then
+		echo "$tag"
+		return
+	fi
+	stamp=$(TZ=UTC git show -s --format=%cd --date=format-local:%Y%m%d%H%M%S HEAD)
+	hash=$(git rev-parse --short=12 HEAD)
+	if base=$(git describe --tags --abbrev=0 --match 'v[0-9]*.[0-9]*.[0-9]*' 2>/dev/null) &&
+		[[ $base =~ ^(v[0-9]+\.[0-9]+\.)([0-9]+)$ ]]; then
+		echo "${BASH_REMATCH[1]}$((BASH_REMATCH[2] + 1))-0.$stamp-$hash"
+	else
+		echo "v0.0.0-$stamp-$hash"
+	fi
+}
+
 build() {
+	local version
+	version=$(module_version)
 	go tool xcaddy build "$CADDY_VERSION" \
-		--with "$MODULE=$PWD" \
+		--with "$MODULE${version:+@$version}=$PWD" \
 		--output "$CADDY_BIN" "$@"
 }
 
