@@ -26,7 +26,7 @@ func OrDefault(name string) string {
 // ParseGlobalOption parses a global gpu_turnstile option, d on its name,
 // into the turnstile's name and settings, validated; defined reports
 // whether a name is already taken (an option may appear once per name).
-// The options are those parseSetting knows (README.md lists them):
+// The options are those parseSetting knows (docs/configuration.md lists them):
 //
 //	gpu_turnstile [NAME] {
 //		OPTION VALUE...

@@ -29,7 +29,7 @@ func UnmarshalHandler(d *caddyfile.Dispenser, hd HandlerFields) error {
 		return d.Errf("gpu_turnstile: %v", err)
 	}
 	*hd.Class = class
-	options := map[string]*string{"turnstile": hd.Turnstile, "engine": hd.Engine, "during_job": hd.DuringJob}
+	options := handlerOptions(hd)
 	seen := OptionLines{}
 	for d.NextBlock(0) {
 		if err := seen.Once(d); err != nil {

@@ -1,8 +1,6 @@
 package config
 
 import (
-	"os"
-	"strings"
 	"testing"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
@@ -43,27 +41,5 @@ func TestKindsBuildTheirClass(t *testing.T) {
 	}
 	if c.comfy == nil || c.comfyName != "comfyui" {
 		t.Errorf("the ComfyUI engine's client is not kept for the VRAM probe")
-	}
-}
-
-// README.md documents every option the global block parses, so the
-// Caddyfile comments need no list of their own.
-func TestREADMEListsEveryOption(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	readme := string(b)
-	opts := []string{}
-	for o := range durationSettings(&Settings{}) {
-		opts = append(opts, o)
-	}
-	for o := range settingParsers {
-		opts = append(opts, o)
-	}
-	for _, o := range opts {
-		if !strings.Contains(readme, "| `"+o+"` |") {
-			t.Errorf("README.md has no row for option %s", o)
-		}
 	}
 }
