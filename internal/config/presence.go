@@ -57,7 +57,7 @@ func (c *Turnstile) locatePresence() {
 	if !c.HoldWhileGPUProcess {
 		return
 	}
-	s, err := presence.LocateGPUProcesses(c.GPUIndex, c.HoldWhileGPUExcept, c.engineURLs(), c.GPU.ProbeTimeout)
+	s, err := presence.LocateGPUProcesses(c.GPUIndex, c.HoldWhileGPUExcept, false, c.engineURLs(), c.GPU.ProbeTimeout)
 	if err != nil {
 		c.GPU.PresenceOff = map[string]string{gpuProcessCondition: "off: " + err.Error()}
 		return

@@ -3,6 +3,7 @@ package presence
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/shirou/gopsutil/v4/net"
@@ -23,23 +24,45 @@ import (
 // process table; GPUProcesses calls it only when nvidia-smi lists a process
 // that is not excepted.
 func EnginePIDs(ctx context.Context, ports []int) (map[int32]bool, error) {
+	listeners, err := listening(ctx, ports)
+	if err != nil {
+		return nil, err
+	}
 	own := make(map[int32]bool)
+	for _, port := range slices.Sorted(maps.Keys(listeners)) {
+		for _, pid := range listeners[port] {
+			if pid <= 0 {
+				return nil, fmt.Errorf("port %d: the listening process is not visible (another user's? run as that user or as root)", port)
+			}
+			own[pid] = true
+		}
+	}
+	return withDescendants(ctx, own)
+}
+
+// listening maps each of ports that something listens on (TCP) to the
+// listening processes; a PID of 0 is a process this one may not see.
+func listening(ctx context.Context, ports []int) (map[int][]int32, error) {
+	out := map[int][]int32{}
 	if len(ports) == 0 {
-		return own, nil
+		return out, nil
 	}
 	conns, err := net.ConnectionsWithContext(ctx, "tcp")
 	if err != nil {
 		return nil, fmt.Errorf("listing TCP sockets: %w", err)
 	}
 	for _, c := range conns {
-		if c.Status != "LISTEN" || !slices.Contains(ports, int(c.Laddr.Port)) {
+		port := int(c.Laddr.Port)
+		if c.Status != "LISTEN" || !slices.Contains(ports, port) || slices.Contains(out[port], c.Pid) {
 			continue
 		}
-		if c.Pid <= 0 {
-			return nil, fmt.Errorf("port %d: the listening process is not visible (another user's? run as that user or as root)", c.Laddr.Port)
-		}
-		own[c.Pid] = true
+		out[port] = append(out[port], c.Pid)
 	}
+	return out, nil
+}
+
+// withDescendants adds to own every descendant of its processes.
+func withDescendants(ctx context.Context, own map[int32]bool) (map[int32]bool, error) {
 	if len(own) == 0 {
 		return own, nil
 	}

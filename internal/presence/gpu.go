@@ -26,11 +26,12 @@ type gpuProc struct {
 }
 
 type gpuSampler struct {
-	smi    string
-	index  int
-	except []string
-	m      matcher
-	own    func(ctx context.Context) (map[int32]bool, error)
+	smi            string
+	index          int
+	except         []string
+	includeDesktop bool
+	m              matcher
+	own            ownCheck
 }
 
 // GPUProcesses reads nvidia-smi (smiPath, GPU index) for processes using
@@ -39,32 +40,31 @@ type gpuSampler struct {
 // graphics contexts, not listed by --query-compute-apps), read from the
 // "Processes" section of `nvidia-smi -q -d PIDS -i N` (Type G, C or C+G).
 // Each nvidia-smi run is bounded by the ctx: it is killed at its deadline.
-// Processes whose name matches an except glob (same rules as [Processes])
-// or whose PID is in own() (the engines' own processes and their
-// descendants, see [EnginePIDs]) do not count; own may be nil, and is
-// called only when nvidia-smi lists a process the except globs leave. The
-// owner is "gpu_process:NAME (pid N)", NAME being the base name nvidia-smi
-// shows. A failed or unparseable nvidia-smi run is an error.
-func GPUProcesses(smiPath string, index int, except []string, own func(ctx context.Context) (map[int32]bool, error)) (Sampler, error) {
+// Processes whose name matches an except glob (same rules as [Processes]),
+// the desktop's ([Desktop]) unless includeDesktop, or whose PID is in
+// own() (the engines' own processes and their descendants, see
+// [EnginePIDs]) do not count; own may be nil, and is called at the first
+// sample, then only when nvidia-smi lists a process the except globs
+// leave (or while it says the condition is off, an [*OffError]). The
+// owner is "gpu_process:NAME (pid N)", NAME being the base name
+// nvidia-smi shows. A failed or unparseable nvidia-smi run is an error.
+func GPUProcesses(smiPath string, index int, except []string, includeDesktop bool, own func(ctx context.Context) (map[int32]bool, error)) (Sampler, error) {
 	if smiPath == "" {
 		return nil, errors.New("no nvidia-smi path")
 	}
 	if index < 0 {
 		return nil, fmt.Errorf("GPU index %d: must be 0 or more", index)
 	}
-	m, err := newMatcher(except)
+	m, err := newMatcher(exceptGlobs(except, includeDesktop))
 	if err != nil {
 		return nil, err
 	}
-	return &gpuSampler{smi: smiPath, index: index, except: slices.Clone(except), m: m, own: own}, nil
+	return &gpuSampler{smi: smiPath, index: index, except: slices.Clone(except), includeDesktop: includeDesktop,
+		m: m, own: ownCheck{f: own}}, nil
 }
 
 func (s *gpuSampler) String() string {
-	str := "gpu_process"
-	if len(s.except) > 0 {
-		str += " except " + strings.Join(s.except, " ")
-	}
-	return str
+	return conditionString("gpu_process", s.includeDesktop, s.except)
 }
 
 func (s *gpuSampler) Sample(ctx context.Context) (string, bool, error) {
@@ -102,15 +102,9 @@ func (s *gpuSampler) foreign(ctx context.Context, procs []gpuProc) (string, bool
 			left = append(left, p)
 		}
 	}
-	if len(left) == 0 {
-		return "", false, nil
-	}
-	var own map[int32]bool
-	if s.own != nil {
-		var err error
-		if own, err = s.own(ctx); err != nil {
-			return "", false, fmt.Errorf("finding the engines' processes: %w", err)
-		}
+	own, err := s.own.check(ctx, len(left) > 0)
+	if err != nil {
+		return "", false, err
 	}
 	for _, p := range left {
 		if !own[p.pid] {

@@ -134,9 +134,9 @@ func TestGPUProcesses(t *testing.T) {
 		except: []string{"xorg", "cyberpunk2077"}, own: engines,
 		wantOwnCalled: true, wantRunsPerQuery: 1,
 	}, {
-		name:    "everything excepted: own() is not called",
+		name:    "everything excepted: own() is called once, at the first sample",
 		compute: "", pids: pidsHeader + pidsXorg, except: []string{"Xorg"},
-		wantRunsPerQuery: 1,
+		wantOwnCalled: true, wantRunsPerQuery: 1,
 	}, {
 		name:    "[N/A] used_memory (Windows WDDM, containers)",
 		compute: "4242, /usr/bin/python3, [N/A]\n8080, C:\\Tools\\blender.exe, [N/A]\n",
@@ -149,12 +149,12 @@ func TestGPUProcesses(t *testing.T) {
 	}, {
 		name:    "empty output: no process",
 		compute: "", pids: pidsNone,
-		wantRunsPerQuery: 1,
+		wantOwnCalled: true, wantRunsPerQuery: 1,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			smi, argLog := fakeSMI(t, tc.compute, tc.pids, "")
 			own, called := ownOf(tc.own...)
-			s, err := GPUProcesses(smi, 1, tc.except, own)
+			s, err := GPUProcesses(smi, 1, tc.except, true, own)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -185,7 +185,7 @@ func TestGPUProcesses(t *testing.T) {
 
 func TestGPUProcessesNoOwn(t *testing.T) {
 	smi, _ := fakeSMI(t, computeEngines, pidsNone, "")
-	s, err := GPUProcesses(smi, 0, nil, nil)
+	s, err := GPUProcesses(smi, 0, nil, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestGPUProcessesNoOwn(t *testing.T) {
 
 func TestGPUProcessesErrors(t *testing.T) {
 	t.Run("missing nvidia-smi", func(t *testing.T) {
-		s, err := GPUProcesses(filepath.Join(t.TempDir(), "nvidia-smi"), 0, nil, nil)
+		s, err := GPUProcesses(filepath.Join(t.TempDir(), "nvidia-smi"), 0, nil, true, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -206,7 +206,7 @@ func TestGPUProcessesErrors(t *testing.T) {
 	})
 	t.Run("failing nvidia-smi", func(t *testing.T) {
 		smi, _ := fakeSMI(t, "", "", `echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."; exit 9`)
-		s, _ := GPUProcesses(smi, 0, nil, nil)
+		s, _ := GPUProcesses(smi, 0, nil, true, nil)
 		_, present, err := sample(t, s, 10*time.Second)
 		if err == nil || present || !strings.Contains(err.Error(), "couldn't communicate") || !strings.Contains(err.Error(), "exit status 9") {
 			t.Fatalf("Sample() = %v, %v; want exit status 9 and nvidia-smi's message", present, err)
@@ -214,7 +214,7 @@ func TestGPUProcessesErrors(t *testing.T) {
 	})
 	t.Run("the second query failing", func(t *testing.T) {
 		smi, _ := fakeSMI(t, "", "", `[ "$1" = -q ] && { echo "No devices were found"; exit 6; }`)
-		s, _ := GPUProcesses(smi, 0, nil, nil)
+		s, _ := GPUProcesses(smi, 0, nil, true, nil)
 		if _, present, err := sample(t, s, 10*time.Second); err == nil || present || !strings.Contains(err.Error(), "No devices") {
 			t.Fatalf("Sample() = %v, %v; want an error", present, err)
 		}
@@ -226,7 +226,7 @@ func TestGPUProcessesErrors(t *testing.T) {
 			{"", pidsHeader + "        Process ID : [N/A]\n"},
 		} {
 			smi, _ := fakeSMI(t, tc.compute, tc.pids, "")
-			s, _ := GPUProcesses(smi, 0, nil, nil)
+			s, _ := GPUProcesses(smi, 0, nil, true, nil)
 			if _, present, err := sample(t, s, 10*time.Second); err == nil || present {
 				t.Errorf("Sample() on %q / %q = %v, %v; want an error", tc.compute, tc.pids, present, err)
 			}
@@ -234,7 +234,7 @@ func TestGPUProcessesErrors(t *testing.T) {
 	})
 	t.Run("own failing", func(t *testing.T) {
 		smi, _ := fakeSMI(t, computeEngines, pidsNone, "")
-		s, _ := GPUProcesses(smi, 0, nil, func(context.Context) (map[int32]bool, error) { return nil, errors.New("no rights") })
+		s, _ := GPUProcesses(smi, 0, nil, true, func(context.Context) (map[int32]bool, error) { return nil, errors.New("no rights") })
 		if _, present, err := sample(t, s, 10*time.Second); err == nil || present {
 			t.Fatalf("Sample() = %v, %v; want an error", present, err)
 		}
@@ -243,7 +243,7 @@ func TestGPUProcessesErrors(t *testing.T) {
 		// Not exec: the shell's child keeps the output open after the
 		// shell is killed, as a wrapper script's would.
 		smi, _ := fakeSMI(t, "", "", "sleep 5")
-		s, _ := GPUProcesses(smi, 0, nil, nil)
+		s, _ := GPUProcesses(smi, 0, nil, true, nil)
 		start := time.Now()
 		_, present, err := sample(t, s, 300*time.Millisecond)
 		took := time.Since(start)
@@ -260,7 +260,7 @@ func TestGPUProcessesErrors(t *testing.T) {
 			index  int
 			except []string
 		}{{"", 0, nil}, {"nvidia-smi", -1, nil}, {"nvidia-smi", 0, []string{"["}}, {"nvidia-smi", 0, []string{"/usr/bin/X*"}}} {
-			if _, err := GPUProcesses(tc.smi, tc.index, tc.except, nil); err == nil {
+			if _, err := GPUProcesses(tc.smi, tc.index, tc.except, false, nil); err == nil {
 				t.Errorf("GPUProcesses(%q, %d, %q) accepted", tc.smi, tc.index, tc.except)
 			}
 		}

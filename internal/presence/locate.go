@@ -11,20 +11,33 @@ import (
 
 // LocateGPUProcesses builds the gpu_process condition on this host: a
 // process on GPU index that is none of the engines' own (found by who
-// listens on the ports of engineURLs, with their children) and none of
-// except. It needs nvidia-smi; each sample is bounded by timeout.
-func LocateGPUProcesses(index int, except, engineURLs []string, timeout time.Duration) (Sampler, error) {
+// listens on the ports of engineURLs, with their children), none of the
+// desktop's unless includeDesktop, and none of except. It needs
+// nvidia-smi; each sample is bounded by timeout. Engines whose processes
+// cannot be known turn it off (see [enginesHere]).
+func LocateGPUProcesses(index int, except []string, includeDesktop bool, engineURLs []string, timeout time.Duration) (Sampler, error) {
 	path, err := exec.LookPath("nvidia-smi")
 	if err != nil {
 		return nil, errors.New("nvidia-smi not found in PATH, so GPU processes cannot be seen")
 	}
-	ports := enginePorts(engineURLs)
-	own := func(ctx context.Context) (map[int32]bool, error) { return EnginePIDs(ctx, ports) }
-	s, err := GPUProcesses(path, index, except, own)
+	s, err := GPUProcesses(path, index, except, includeDesktop, enginesHere(engineURLs))
 	if err != nil {
 		return nil, err
 	}
 	return bounded{s, timeout}, nil
+}
+
+// LocateGPUBusy builds the gpu_busy condition on this host, for GPU index
+// sampled about every poll: on Linux from nvidia-smi pmon (which it
+// needs), on Windows from the PDH GPU Engine counters (every GPU; the
+// index is not used). The engines' processes are found as for
+// gpu_process.
+func LocateGPUBusy(index int, poll time.Duration, o BusyOptions, engineURLs []string) (Sampler, error) {
+	source, interval, err := busySource(index, poll)
+	if err != nil {
+		return nil, err
+	}
+	return newBusySampler(o, interval, source, enginesHere(engineURLs))
 }
 
 // bounded bounds each sample by a timeout: nvidia-smi is killed at the

@@ -63,16 +63,3 @@ func baseName(p string) string {
 	}
 	return p
 }
-
-// Desktop names the graphics processes of common desktop sessions. A
-// display on the GPU makes them permanent graphics contexts, so
-// `hold_while gpu_process` on such a machine would hold forever unless they
-// are excepted. GPUProcesses does not apply this list by itself (the
-// contract counts every process but the engines' and those listed); a
-// caller may add it to the except globs.
-var Desktop = []string{
-	"Xorg", "Xwayland", "X",
-	"gnome-shell", "kwin_wayland", "kwin_x11", "plasmashell", "sway", "Hyprland", "mutter", "cinnamon", "xfwm4",
-	"dwm.exe", "explorer.exe", "csrss.exe", "SearchHost.exe", "StartMenuExperienceHost.exe", "ShellExperienceHost.exe",
-	"TextInputHost.exe", "msedgewebview2.exe",
-}

@@ -38,7 +38,8 @@ type Watcher struct {
 // between (a positive one restarts the clear period). A sample error is
 // logged (once per change of error, and once when sampling recovers) and
 // changes nothing: it neither engages, nor releases, nor restarts the clear
-// period, so a sampler that fails for good keeps an engaged hold engaged.
+// period, so a sampler that fails for good keeps an engaged hold engaged;
+// an [*OffError] (the condition cannot be judged here) counts as clear.
 // engage and release are called from Run's goroutine, never at once. log
 // may be nil.
 func NewWatcher(s Sampler, poll, releaseAfter time.Duration, log *zap.Logger, engage func(owner string), release func()) *Watcher {
@@ -51,14 +52,28 @@ func NewWatcher(s Sampler, poll, releaseAfter time.Duration, log *zap.Logger, en
 	return &Watcher{s: s, poll: poll, releaseAfter: releaseAfter, log: log.With(zap.Stringer("presence", s)), engage: engage, release: release}
 }
 
+// A streamer is a Sampler whose source runs beside the samples (one
+// long-lived nvidia-smi, one open PDH query): Run feeds it until ctx
+// ends, and the Watcher runs it for as long as it samples.
+type streamer interface {
+	Run(ctx context.Context)
+}
+
 // Run samples at once and then every poll until ctx ends. Each sample is
 // bounded by the poll interval (at least 10s). It does not call release
-// when ctx ends: a caller that shuts down ends its hold itself.
+// when ctx ends: a caller that shuts down ends its hold itself. A
+// Sampler with a source of its own (a stream) has it run meanwhile, and
+// Run returns once it has stopped.
 func (w *Watcher) Run(ctx context.Context) {
+	if st, ok := w.s.(streamer); ok {
+		ctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); st.Run(ctx) }()
+		defer func() { cancel(); <-done }()
+	}
 	tick := time.NewTicker(w.poll)
 	defer tick.Stop()
-	var clearSince time.Time // first clear sample while engaged; zero when none
-	var errMsg string        // the last error logged, "" after a good sample
+	var j judge
 	for {
 		sctx, cancel := context.WithTimeout(ctx, max(w.poll, minSampleTimeout))
 		owner, present, err := w.s.Sample(sctx)
@@ -66,36 +81,7 @@ func (w *Watcher) Run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return // a sample cut short by the end is no sample
 		}
-		now := time.Now()
-		switch {
-		case err != nil:
-			if err.Error() != errMsg {
-				errMsg = err.Error()
-				w.log.Warn("presence sample failed; holding state until a sample succeeds", zap.Error(err))
-			}
-			w.setErr(err)
-		case present:
-			w.recovered(&errMsg)
-			clearSince = time.Time{}
-			if w.start(owner) {
-				w.log.Info("presence detected: holding the GPU", zap.String("owner", owner))
-				w.engage(owner)
-			}
-		default:
-			w.recovered(&errMsg)
-			if !w.isEngaged() {
-				break
-			}
-			if clearSince.IsZero() {
-				clearSince = now
-			}
-			if clear := now.Sub(clearSince); clear >= w.releaseAfter {
-				clearSince = time.Time{}
-				w.stop()
-				w.log.Info("presence clear: releasing the GPU", zap.Duration("clear_for", clear))
-				w.release()
-			}
-		}
+		w.judge(&j, time.Now(), owner, present, err)
 		if w.sampled != nil {
 			w.sampled()
 		}
@@ -104,6 +90,59 @@ func (w *Watcher) Run(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
+	}
+}
+
+// judge is what Run remembers between samples.
+type judge struct {
+	clearSince time.Time // first clear sample while engaged; zero when none
+	errMsg     string    // the last error logged, "" after a good sample
+}
+
+// judge turns one sample into engage or release. An error changes
+// nothing, unless it says the condition is off: that counts as clear.
+func (w *Watcher) judge(j *judge, now time.Time, owner string, present bool, err error) {
+	switch {
+	case err != nil && !IsOff(err):
+		if err.Error() != j.errMsg {
+			j.errMsg = err.Error()
+			w.log.Warn("presence sample failed; holding state until a sample succeeds", zap.Error(err))
+		}
+		w.setErr(err)
+	case err == nil && present:
+		w.recovered(&j.errMsg)
+		j.clearSince = time.Time{}
+		if w.start(owner) {
+			w.log.Info("presence detected: holding the GPU", zap.String("owner", owner))
+			w.engage(owner)
+		}
+	default:
+		if err != nil {
+			if err.Error() != j.errMsg {
+				j.errMsg = err.Error()
+				w.log.Warn("presence condition off; it counts as clear", zap.Error(err))
+			}
+			w.setErr(err)
+		} else {
+			w.recovered(&j.errMsg)
+		}
+		w.clear(j, now)
+	}
+}
+
+// clear handles a clear sample: release once clear for releaseAfter.
+func (w *Watcher) clear(j *judge, now time.Time) {
+	if !w.isEngaged() {
+		return
+	}
+	if j.clearSince.IsZero() {
+		j.clearSince = now
+	}
+	if clear := now.Sub(j.clearSince); clear >= w.releaseAfter {
+		j.clearSince = time.Time{}
+		w.stop()
+		w.log.Info("presence clear: releasing the GPU", zap.Duration("clear_for", clear))
+		w.release()
 	}
 }
 

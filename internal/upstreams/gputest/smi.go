@@ -19,6 +19,9 @@ type smiState struct {
 	dir     string // "" until FakeSMI
 	failing bool   // every call fails, as with the driver gone
 	stalled bool   // a -lms loop prints nothing more
+
+	busy        map[int]busyProc // what pmon shows beside the memory charges (Busy)
+	unsupported bool             // pmon is not supported on the card
 }
 
 // smiScript answers the few nvidia-smi calls the module makes, from the
@@ -31,12 +34,73 @@ const smiScript = `#!/bin/sh
 # caddy-gpu-turnstile tests). It answers
 #   --query-gpu=FIELDS --format=csv,noheader,nounits [-i 0] [-lms MS]
 #   --query-compute-apps=FIELDS --format=csv,noheader,nounits [-i 0] [-lms MS]
-# in MiB, and exits 9 on anything else.
+# in MiB,
+#   pmon [-i 0] [-s u] [-d SECONDS] [-c COUNT]
+# with its two header lines and a sample every SECONDS, and exits 9 on
+# anything else.
 state=@STATE@
+pmonstate=@PMON@
 bad() {
 	echo "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help." >&2
 	exit 9
 }
+noid() {
+	case $1 in
+	'' | 0 | @UUID@) ;;
+	*) echo "No devices were found" >&2; exit 9 ;;
+	esac
+}
+# failed exits as a gone driver does, if the card says so; stalled
+# reports a stalled card.
+failed() {
+	if [ ! -r "$state" ]; then
+		echo "Failed to initialize NVML: Unknown Error" >&2
+		exit 9
+	fi
+	read -r _ _ _ _ failing stalled <"$state"
+	if [ "$failing" != 0 ]; then
+		echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running." >&2
+		exit 9
+	fi
+}
+pmon() {
+	id= sel=u delay=1 count=
+	while [ $# -gt 0 ]; do
+		case $1 in
+		-i | --id) [ $# -ge 2 ] || bad; id=$2; shift ;;
+		-s | --select) [ $# -ge 2 ] || bad; sel=$2; shift ;;
+		-d | --delay) [ $# -ge 2 ] || bad; delay=$2; shift ;;
+		-c | --count) [ $# -ge 2 ] || bad; count=$2; shift ;;
+		*) bad ;;
+		esac
+		shift
+	done
+	noid "$id"
+	[ "$sel" = u ] || bad
+	case $delay in [1-9] | 10) ;; *) bad ;; esac
+	case $count in '') ;; *[!0-9]* | 0) bad ;; esac
+	failed
+	read -r support <"$pmonstate"
+	if [ "$support" != supported ]; then
+		echo "Not supported on the device(s)"
+		echo "Failed to process command line"
+		exit 6
+	fi
+	echo "# gpu         pid   type     sm    mem    enc    dec    jpg    ofa    command "
+	echo "# Idx           #    C/G      %      %      %      %      %      %    name "
+	n=0
+	while :; do
+		failed
+		[ "$stalled" != 0 ] || sed 1d "$pmonstate"
+		n=$((n + 1))
+		[ -z "$count" ] || [ $n -lt "$count" ] || exit 0
+		sleep "$delay"
+	done
+}
+if [ "${1-}" = pmon ]; then
+	shift
+	pmon "$@"
+fi
 mode= fields= format= id= lms=
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -52,10 +116,7 @@ while [ $# -gt 0 ]; do
 	shift
 done
 [ -n "$mode" ] && [ -n "$fields" ] && [ "$format" = csv,noheader,nounits ] || bad
-case $id in
-'' | 0 | @UUID@) ;;
-*) echo "No devices were found" >&2; exit 9 ;;
-esac
+noid "$id"
 case $lms in
 '') ;;
 *[!0-9]* | 0) bad ;;
@@ -147,12 +208,17 @@ done
 //
 // (fields pid, used_memory, process_name, gpu_uuid). With -lms MS it
 // prints the same again every MS milliseconds until killed (a killed
-// loop's sleep may outlive it by MS). -i may be omitted, 0 or UUID.
+// loop's sleep may outlive it by MS). It answers
+//
+//	nvidia-smi pmon -i 0 -s u -d SECONDS [-c COUNT]
+//
+// as a current driver does (see Busy). -i may be omitted, 0 or UUID.
 // Anything else exits 9. See SetSMIFailing and SetSMIStalled. It panics
 // if it cannot write the script.
 func (g *GPU) FakeSMI(dir string) (path string) {
 	quote := func(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-	script := strings.NewReplacer("@STATE@", quote(filepath.Join(dir, "state")), "@UUID@", UUID, "@NAME@", quote(Name)).Replace(smiScript)
+	script := strings.NewReplacer("@STATE@", quote(filepath.Join(dir, "state")), "@PMON@", quote(filepath.Join(dir, "pmon")),
+		"@UUID@", UUID, "@NAME@", quote(Name)).Replace(smiScript)
 	path = filepath.Join(dir, "nvidia-smi")
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -217,6 +283,7 @@ func (g *GPU) writeSMILocked() {
 		fmt.Fprintf(&b, "%d\t%d\t%s\n", pid, p.bytes>>20, name)
 	}
 	writeFileAtomic(filepath.Join(g.smi.dir, "state"), []byte(b.String()), 0o644)
+	writeFileAtomic(filepath.Join(g.smi.dir, "pmon"), g.pmonLocked(), 0o644)
 }
 
 // writeFileAtomic writes a temporary file in path's directory and renames
