@@ -217,15 +217,17 @@ func TestMemoryOptionsJSON(t *testing.T) {
 	}
 }
 
-// fakeSMI puts an nvidia-smi that runs script in PATH, alone.
-func fakeSMI(t *testing.T, script string) string {
+// fakeSMI puts an nvidia-smi in PATH, alone: a shell script running sh,
+// or on Windows a batch file running bat (found through PATHEXT as
+// nvidia-smi.exe would be, and printing CRLF lines as it does).
+func fakeSMI(t *testing.T, sh, bat string) string {
 	t.Helper()
+	dir := tempDir(t)
+	path, script := filepath.Join(dir, "nvidia-smi"), "#!/bin/sh\n"+sh+"\n"
 	if runtime.GOOS == "windows" {
-		t.Skip("the fake nvidia-smi is a shell script")
+		path, script = path+".bat", "@echo off\r\n"+bat+"\r\n"
 	}
-	dir := t.TempDir()
-	path := filepath.Join(dir, "nvidia-smi")
-	if err := os.WriteFile(path, []byte("#!/bin/sh\n"+script+"\n"), 0o755); err != nil {
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("PATH", dir)
@@ -243,7 +245,7 @@ func TestLocateMemory(t *testing.T) {
 		}
 		return c
 	}
-	path := fakeSMI(t, `echo "GPU-1234, 24576, 20000"`) // 24 GiB
+	path := fakeSMI(t, `echo "GPU-1234, 24576, 20000"`, `echo GPU-1234, 24576, 20000`) // 24 GiB
 	c := admission(2 << 30)
 	if err := c.Locate(); err != nil || c.GPU.Memory.SMIPath != path {
 		t.Fatalf("%v, path %q", err, c.GPU.Memory.SMIPath)
@@ -256,12 +258,12 @@ func TestLocateMemory(t *testing.T) {
 		}
 	}
 
-	fakeSMI(t, "echo 'NVIDIA-SMI has failed' >&2; exit 9")
+	fakeSMI(t, "echo 'NVIDIA-SMI has failed' >&2; exit 9", "echo NVIDIA-SMI has failed 1>&2\r\nexit /b 9")
 	if err := admission(30 << 30).Locate(); err != nil {
 		t.Errorf("a card that cannot be read refused the config: %v", err)
 	}
 
-	t.Setenv("PATH", t.TempDir())
+	t.Setenv("PATH", tempDir(t))
 	// Parsing and validating (caddy adapt) look nothing up on the host.
 	if _, _, err := parse(t, memoryBlock("vram_admission", "vram_reserve 1000GiB")); err != nil {
 		t.Fatalf("adapting needs nvidia-smi: %v", err)

@@ -196,7 +196,7 @@ func TestGPUProcessesNoOwn(t *testing.T) {
 
 func TestGPUProcessesErrors(t *testing.T) {
 	t.Run("missing nvidia-smi", func(t *testing.T) {
-		s, err := GPUProcesses(filepath.Join(t.TempDir(), "nvidia-smi"), 0, nil, true, nil)
+		s, err := GPUProcesses(filepath.Join(tempDir(t), "nvidia-smi"), 0, nil, true, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
