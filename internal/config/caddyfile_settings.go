@@ -2,14 +2,12 @@ package config
 
 import (
 	"strconv"
-	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/dustin/go-humanize"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/presence"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
 )
 
@@ -52,13 +50,14 @@ func durationSettings(s *Settings) map[string]*caddy.Duration {
 
 // settingParsers parse the options that are not a single duration.
 var settingParsers = map[string]func(*caddyfile.Dispenser, *Settings) error{
-	"ollama":           func(d *caddyfile.Dispenser, s *Settings) error { return parseUpstream(d, &s.Ollama) },
-	"comfy":            func(d *caddyfile.Dispenser, s *Settings) error { return parseUpstream(d, &s.Comfy) },
-	"llm":              func(d *caddyfile.Dispenser, s *Settings) error { return parseEngine(d, &s.LLM) },
-	"image":            func(d *caddyfile.Dispenser, s *Settings) error { return parseEngine(d, &s.Image) },
-	"hold_while":       parseHoldWhile,
-	"busy_retry_after": parseBusyRetryAfter,
-	"llm_busy_mode":    parseBusyMode,
+	"ollama":             func(d *caddyfile.Dispenser, s *Settings) error { return parseUpstream(d, &s.Ollama) },
+	"comfy":              func(d *caddyfile.Dispenser, s *Settings) error { return parseUpstream(d, &s.Comfy) },
+	"llm":                func(d *caddyfile.Dispenser, s *Settings) error { return parseEngine(d, &s.LLM) },
+	"image":              func(d *caddyfile.Dispenser, s *Settings) error { return parseEngine(d, &s.Image) },
+	"hold_while":         parseHoldWhile,
+	"presence_gpu_index": parsePresenceGPUIndex,
+	"busy_retry_after":   parseBusyRetryAfter,
+	"llm_busy_mode":      parseBusyMode,
 	"llm_busy_status": func(d *caddyfile.Dispenser, s *Settings) error {
 		return parseInt(d, 400, 599, &s.LLMBusyStatus, "a status from 400 to 599")
 	},
@@ -257,39 +256,6 @@ func parseInt(d *caddyfile.Dispenser, lo, hi int, dst *int, want string) error {
 		return d.Errf("%s: %q is not %s", opt, v, want)
 	}
 	*dst = n
-	return nil
-}
-
-// parseHoldWhile reads `hold_while process NAME...` and `hold_while
-// gpu_process [except NAME...]`.
-func parseHoldWhile(d *caddyfile.Dispenser, s *Settings) error {
-	args := d.RemainingArgs()
-	if len(args) == 0 {
-		return d.Errf("hold_while: want `process NAME...` or `gpu_process [except NAME...]`")
-	}
-	switch args[0] {
-	case "process":
-		if len(args) < 2 {
-			return d.Errf("hold_while process: name at least one process (a glob, e.g. steam or *.exe)")
-		}
-		if _, err := presence.Processes(args[1:]); err != nil {
-			return d.Errf("hold_while process: %v", err)
-		}
-		s.HoldWhileProcess = append(s.HoldWhileProcess, args[1:]...)
-	case "gpu_process":
-		if s.HoldWhileGPUProcess {
-			return d.Errf("hold_while gpu_process: given twice")
-		}
-		s.HoldWhileGPUProcess = true
-		if len(args) > 1 {
-			if args[1] != "except" || len(args) < 3 {
-				return d.Errf("hold_while gpu_process: want `gpu_process [except NAME...]`, got %q", strings.Join(args[1:], " "))
-			}
-			s.HoldWhileGPUExcept = append(s.HoldWhileGPUExcept, args[2:]...)
-		}
-	default:
-		return d.Errf("hold_while: %q is neither process nor gpu_process", args[0])
-	}
 	return nil
 }
 

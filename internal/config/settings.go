@@ -196,30 +196,3 @@ type EngineSettings struct {
 	// Default: its kind, so two engines of one kind need a name.
 	Name string `json:"name,omitempty"`
 }
-
-// PresenceSettings are the conditions under which the GPU yields to the
-// person at the machine: while one holds, the turnstile holds the GPU
-// (at the front of the queue, after the work that runs), and gives it back
-// once the condition has stayed clear for hold_release_after.
-type PresenceSettings struct {
-	// HoldWhileProcess are globs (case-insensitive) matched against the
-	// running processes' names: the executable's base name, the process
-	// name and the command's first argument, with or without .exe.
-	// Caddyfile: `hold_while process NAME...`, repeatable.
-	HoldWhileProcess []string `json:"hold_while_process,omitempty"`
-
-	// HoldWhileGPUProcess holds the GPU while any process but the
-	// engines' own (and those HoldWhileGPUExcept names) uses it, compute
-	// or graphics, as nvidia-smi reports. Without nvidia-smi it is off,
-	// and the log and the status say so. Caddyfile: `hold_while
-	// gpu_process [except NAME...]`.
-	HoldWhileGPUProcess bool     `json:"hold_while_gpu_process,omitempty"`
-	HoldWhileGPUExcept  []string `json:"hold_while_gpu_except,omitempty"`
-
-	// How long a condition must stay clear before its hold ends.
-	// Default 30s.
-	HoldReleaseAfter caddy.Duration `json:"hold_release_after,omitempty"`
-
-	// How often the conditions are sampled. Default 2s.
-	PresencePollInterval caddy.Duration `json:"presence_poll_interval,omitempty"`
-}

@@ -63,3 +63,10 @@ func baseName(p string) string {
 	}
 	return p
 }
+
+// CheckGlobs returns the error a condition gives for globs that are
+// empty, malformed, or contain "/".
+func CheckGlobs(globs []string) error {
+	_, err := newMatcher(globs)
+	return err
+}
