@@ -134,7 +134,7 @@ func copyExe(t *testing.T, name string) string {
 	if runtime.GOOS == "windows" {
 		name += ".exe"
 	}
-	dst := filepath.Join(t.TempDir(), name)
+	dst := filepath.Join(tempDir(t), name)
 	in, err := os.Open(self)
 	if err != nil {
 		t.Fatal(err)

@@ -105,6 +105,11 @@ func TestMatch(t *testing.T) {
 }
 
 func TestEnginePIDs(t *testing.T) {
+	if underWine() {
+		// Wine 8.0's socket table gives every socket the owning process
+		// 0, so EnginePIDs rightly reports the listener as not visible.
+		t.Skip("Wine reports no owner of a TCP socket; TestChildrenOfOnWindows covers the process tree")
+	}
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
