@@ -12,12 +12,6 @@ import (
 	"time"
 )
 
-// sampleNow samples s once.
-func sampleNow(t *testing.T, s Sampler) (string, bool, error) {
-	t.Helper()
-	return s.Sample(t.Context())
-}
-
 // streamOnly runs gpu_busy's source over f without a watcher, and returns
 // the sampler.
 func streamOnly(t *testing.T, f *fakePmon) *busySampler {
