@@ -131,7 +131,7 @@ func smiProcess(pid int, typ, name string) string {
 
 // A process that nvidia-smi shows on the GPU, compute or graphics, holds
 // it; the engines' own processes (here the fakes, in this test's process)
-// and the excepted ones do not.
+// and the desktop's (excepted by default) do not.
 func TestHoldWhileGPUProcess(t *testing.T) {
 	dir := fakeSMI(t)
 	write := func(name, s string) {
@@ -141,8 +141,9 @@ func TestHoldWhileGPUProcess(t *testing.T) {
 	}
 	own := strconv.Itoa(os.Getpid())
 	write("compute", own+", /usr/bin/ollama, 4096\n")
-	write("pids", smiPIDsHeader+smiProcess(os.Getpid(), "C", "/usr/bin/ollama")+smiProcess(1742, "G", "/usr/lib/xorg/Xorg"))
-	h := newHarness(t, harnessOptions{settings: "hold_while gpu_process except Xorg\n\t\tpresence_poll_interval 50ms\n\t\thold_release_after 200ms"})
+	write("pids", smiPIDsHeader+smiProcess(os.Getpid(), "C", "/usr/bin/ollama")+smiProcess(1742, "G", "/usr/lib/xorg/Xorg")+
+		smiProcess(1801, "G", "/usr/bin/gnome-shell"))
+	h := newHarness(t, harnessOptions{settings: "hold_while gpu_process\n\t\tpresence_poll_interval 50ms\n\t\thold_release_after 200ms"})
 	ctx := context.Background()
 	// Samples that saw the engines' own process and Xorg, and judged them.
 	calls := func() int {
@@ -150,7 +151,7 @@ func TestHoldWhileGPUProcess(t *testing.T) {
 		return strings.Count(string(b), "-q -d PIDS")
 	}
 	h.waitStatus("two full samples", func(Status) bool { return calls() >= 2 })
-	// The engines' own process and the excepted desktop do not hold it.
+	// The engines' own process and the desktop do not hold it.
 	for range 3 {
 		if r := h.post(ctx, h.llm+"/api/chat", chatBody("llama3.2", false)); r.status != 200 {
 			t.Fatalf("chat: %d", r.status)
@@ -224,4 +225,88 @@ func TestPresenceHoldNotEndedThroughTheHoldRoutes(t *testing.T) {
 	if st := h.status(); st.State != "hold" || len(st.Holds) != 1 || !st.Holds[0].ExpiresAt.IsZero() {
 		t.Fatalf("the presence hold changed: state %s holds %+v", st.State, st.Holds)
 	}
+}
+
+// smiOnPath puts the simulated card's nvidia-smi first on PATH, before
+// Caddy loads.
+func smiOnPath(h *harness) {
+	h.t.Setenv("PATH", filepath.Dir(h.gpu.FakeSMI(h.t.TempDir()))+string(os.PathListSeparator)+os.Getenv("PATH"))
+}
+
+// gameNotHere is a pid no process of the test machine is likely to have.
+const gameNotHere = 3999999
+
+// gpu_busy through Caddy, read from the simulated card's nvidia-smi pmon:
+// beside the engine's own process at 95% (the fakes', in this test's
+// process) and a browser at 3%, a game at 60% holds the GPU (Ollama
+// emptied, chats wait); it is let go once the game stops.
+func TestHoldWhileGPUBusy(t *testing.T) {
+	h := newHarness(t, harnessOptions{settings: "hold_while gpu_busy 20 for 1s\n\t\tpresence_poll_interval 50ms\n\t\thold_release_after 200ms",
+		beforeLoad: smiOnPath})
+	defer h.gpu.Busy("ollama", os.Getpid(), "C", 95)()
+	defer h.gpu.Busy("firefox", gameNotHere-1, "C+G", 3)()
+	ctx := context.Background()
+	if r := h.post(ctx, h.llm+"/api/chat", chatBody("llama3.2", false)); r.status != 200 {
+		t.Fatalf("chat: %d", r.status)
+	}
+	game := h.gpu.Busy("Game.exe", gameNotHere, "G", 60)
+	st := h.waitStatus("a presence hold", func(st Status) bool { return len(st.Holds) == 1 })
+	// Busiest first: had the engine's process counted, it would own it.
+	if hs := st.Holds[0]; hs.Source != "presence" || hs.Owner != "gpu_busy:Game.exe (pid 3999999)" {
+		t.Fatalf("hold %+v, want the game's", hs)
+	}
+	h.waitTimeline("Ollama emptied", func([]gputest.Event) bool { return h.gpu.Users("ollama") == 0 })
+	chat := h.postAsync(ctx, h.llm+"/api/chat", chatBody("llama3.2", false))
+	h.waitStatus("the chat waits", func(st Status) bool { return st.LLMWaiting == 1 })
+	if st := h.status(); len(st.Presence) != 1 || !st.Presence[0].Engaged || st.Presence[0].Condition != "gpu_busy 20 for 1s" {
+		t.Fatalf("presence %+v", st.Presence)
+	}
+	game()
+	if r := <-chat; r.status != 200 {
+		t.Fatalf("chat after the game: %d %s", r.status, r.body)
+	}
+	if st := h.status(); len(st.Holds) != 0 || st.Presence[0].Engaged || st.Presence[0].Error != "" {
+		t.Fatalf("after the game: holds %+v presence %+v", st.Holds, st.Presence)
+	}
+}
+
+// A card whose nvidia-smi pmon is not supported: gpu_busy is off, and the
+// status says why in nvidia-smi's words; nothing else changes.
+func TestHoldWhileGPUBusyUnsupported(t *testing.T) {
+	h := newHarness(t, harnessOptions{settings: "hold_while gpu_busy\n\t\tpresence_poll_interval 50ms",
+		beforeLoad: func(h *harness) { smiOnPath(h); h.gpu.SetPmonUnsupported(true) }})
+	st := h.waitStatus("gpu_busy off", func(st Status) bool { return len(st.Presence) == 1 && st.Presence[0].Error != "" })
+	if p := st.Presence[0]; p.Condition != "gpu_busy 20 for 10s" || !strings.HasPrefix(p.Error, "off: nvidia-smi pmon: Not supported on the device(s)") {
+		t.Fatalf("presence %+v", p)
+	}
+	if r := h.post(context.Background(), h.llm+"/api/chat", chatBody("llama3.2", false)); r.status != 200 {
+		t.Fatalf("chat: %d", r.status)
+	}
+}
+
+// Steam's running game (registry.vdf under `home`, and a steam process)
+// holds the GPU as steam:APPID until RunningAppID is 0 again.
+func TestHoldWhileSteam(t *testing.T) {
+	home := t.TempDir()
+	vdf := filepath.Join(home, ".steam", "registry.vdf")
+	if err := os.MkdirAll(filepath.Dir(vdf), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	running := func(id string) {
+		text := "\"Registry\"\n{\n\t\"HKCU\"\n\t{\n\t\t\"Software\"\n\t\t{\n\t\t\t\"Valve\"\n\t\t\t{\n\t\t\t\t\"Steam\"\n\t\t\t\t{\n" +
+			"\t\t\t\t\t\"RunningAppID\"\t\t\"" + id + "\"\n\t\t\t\t}\n\t\t\t}\n\t\t}\n\t}\n}\n"
+		if err := os.WriteFile(vdf, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	running("0")
+	startGame(t, "steam")
+	h := newHarness(t, harnessOptions{settings: "hold_while steam home " + home + "\n\t\tpresence_poll_interval 50ms\n\t\thold_release_after 200ms"})
+	running("570")
+	st := h.waitStatus("a presence hold", func(st Status) bool { return len(st.Holds) == 1 })
+	if hs := st.Holds[0]; hs.Source != "presence" || hs.Owner != "steam:570" {
+		t.Fatalf("hold %+v, want steam:570", hs)
+	}
+	running("0")
+	h.waitStatus("the hold released", func(st Status) bool { return len(st.Holds) == 0 && st.State == "idle" })
 }
