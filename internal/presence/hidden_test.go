@@ -20,7 +20,14 @@ func TestEnginesHere(t *testing.T) {
 	defer ln.Close()
 	url := "http://" + ln.Addr().String()
 	own, err := enginesHere([]string{url})(t.Context())
-	if err != nil || !own[int32(os.Getpid())] {
+	switch {
+	case underWine():
+		// Wine 8.0's socket table names no owner: the listener cannot
+		// be seen, which turns the conditions off.
+		if !IsOff(err) || !strings.Contains(err.Error(), "may not see") {
+			t.Fatalf("an engine listening here, under Wine: %v, want off", err)
+		}
+	case err != nil || !own[int32(os.Getpid())]:
 		t.Fatalf("an engine listening here: own %v, %v; want this process", own, err)
 	}
 
