@@ -310,3 +310,19 @@ func TestHoldWhileSteam(t *testing.T) {
 	running("0")
 	h.waitStatus("the hold released", func(st Status) bool { return len(st.Holds) == 0 && st.State == "idle" })
 }
+
+// A reload keeps a condition's hold, and the new config's watch releases
+// it once the condition clears, as the old one would have.
+func TestPresenceHoldReleasedAfterReload(t *testing.T) {
+	opts := harnessOptions{settings: "hold_while process mygame*\n\t\tpresence_poll_interval 50ms\n\t\thold_release_after 100ms"}
+	h := newHarness(t, opts)
+	h.waitIdle()
+	stop := startGame(t, "MyGame.x86_64")
+	id := h.waitStatus("a presence hold", func(st Status) bool { return len(st.Holds) == 1 }).Holds[0].ID
+	h.load(h.caddyfile(opts))
+	if st := h.status(); len(st.Holds) != 1 || st.Holds[0].ID != id {
+		t.Fatalf("after the reload: holds %+v, want %s kept", st.Holds, id)
+	}
+	stop()
+	h.waitStatus("the hold released once the game is gone", func(st Status) bool { return len(st.Holds) == 0 })
+}

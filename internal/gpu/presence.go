@@ -57,6 +57,9 @@ func (g *GPU) watchPresence(c *Config) {
 		// in after each sample, which signals (a no-op for the events
 		// when nothing changed).
 		st.w.OnSample(func() { g.showPresence(st) })
+		if st.hold != nil {
+			st.w.Resume(st.hold.Owner)
+		}
 		g.presence[st.key] = st
 		g.spawnLocked(func() { st.w.Run(ctx) })
 	}

@@ -173,6 +173,11 @@ func (w *Watcher) setErr(err error) {
 	w.mu.Unlock()
 }
 
+// Resume marks the Watcher engaged by owner before Run starts: its
+// condition's hold outlived a reload, and this Watcher, not the one
+// before, must release it once the condition clears.
+func (w *Watcher) Resume(owner string) { w.start(owner) }
+
 // start marks the Watcher engaged by owner; false if it already was.
 func (w *Watcher) start(owner string) bool {
 	w.mu.Lock()
