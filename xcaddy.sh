@@ -6,6 +6,9 @@
 #   ./xcaddy.sh demo  [-engines LLM,IMAGE]  -> build, then run against simulated engines
 #                                              (default ollama,comfyui; e.g. llamacpp,a1111)
 #
+# GOOS and GOARCH cross-build, e.g.
+#   GOOS=windows GOARCH=amd64 CADDY_BIN=caddy.exe ./xcaddy.sh build
+#
 # Environment: CADDY_VERSION (default v2.11.9), CADDY_BIN (default ./caddy),
 # MODULE_VERSION (default: from Git, see module_version).
 set -euo pipefail
@@ -56,9 +59,13 @@ module_version() {
 }
 
 build() {
-	local version
+	local version xcaddy
 	version=$(module_version)
-	go tool xcaddy build "$CADDY_VERSION" \
+	# The pinned xcaddy, built for this machine: with GOOS or GOARCH set for
+	# a cross build, `go tool xcaddy` would build xcaddy itself for the
+	# target and fail to run it. -n builds it and prints its path.
+	xcaddy=$(env -u GOOS -u GOARCH go tool -n xcaddy)
+	"$xcaddy" build "$CADDY_VERSION" \
 		--with "$MODULE${version:+@$version}=$PWD" \
 		--output "$CADDY_BIN" "$@"
 }
