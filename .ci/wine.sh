@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Windows, run and not only built, under Wine (Debian's wine64):
-#   1. the Windows test binaries of lock, internal/presence and
+#   1. the Windows test binaries of lock, internal/presence, internal/testdir and
 #      internal/config, each run from its package folder (for testdata);
 #   2. examples/windows/README.md's PowerShell build line, its xcaddy
 #      arguments taken from the README and run here (so the two cannot
@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 WINE=/usr/lib/wine/wine64
 WINESERVER=/usr/lib/wine/wineserver
 README=examples/windows/README.md
-PACKAGES=(lock internal/presence internal/config)
+PACKAGES=(lock internal/presence internal/config internal/testdir)
 
 # The README's GOPROXY setting, in PowerShell. build_caddy does the same
 # in bash (as xcaddy.sh does); a README that says something else fails

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/testdir"
 )
 
 // memoryBlock is a global block with an engine and vram_probe nvidia-smi
@@ -222,7 +224,7 @@ func TestMemoryOptionsJSON(t *testing.T) {
 // nvidia-smi.exe would be, and printing CRLF lines as it does).
 func fakeSMI(t *testing.T, sh, bat string) string {
 	t.Helper()
-	dir := tempDir(t)
+	dir := testdir.New(t)
 	path, script := filepath.Join(dir, "nvidia-smi"), "#!/bin/sh\n"+sh+"\n"
 	if runtime.GOOS == "windows" {
 		path, script = path+".bat", "@echo off\r\n"+bat+"\r\n"
@@ -263,7 +265,7 @@ func TestLocateMemory(t *testing.T) {
 		t.Errorf("a card that cannot be read refused the config: %v", err)
 	}
 
-	t.Setenv("PATH", tempDir(t))
+	t.Setenv("PATH", testdir.New(t))
 	// Parsing and validating (caddy adapt) look nothing up on the host.
 	if _, _, err := parse(t, memoryBlock("vram_admission", "vram_reserve 1000GiB")); err != nil {
 		t.Fatalf("adapting needs nvidia-smi: %v", err)

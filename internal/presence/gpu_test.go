@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/testdir"
 )
 
 // Outputs as nvidia-smi prints them (engines-api.md section 5; the exact
@@ -196,7 +198,7 @@ func TestGPUProcessesNoOwn(t *testing.T) {
 
 func TestGPUProcessesErrors(t *testing.T) {
 	t.Run("missing nvidia-smi", func(t *testing.T) {
-		s, err := GPUProcesses(filepath.Join(tempDir(t), "nvidia-smi"), 0, nil, true, nil)
+		s, err := GPUProcesses(filepath.Join(testdir.New(t), "nvidia-smi"), 0, nil, true, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

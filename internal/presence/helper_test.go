@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/testdir"
 )
 
 // helperEnv makes the test binary a helper process instead of running the
@@ -134,7 +136,7 @@ func copyExe(t *testing.T, name string) string {
 	if runtime.GOOS == "windows" {
 		name += ".exe"
 	}
-	dst := filepath.Join(tempDir(t), name)
+	dst := filepath.Join(testdir.New(t), name)
 	in, err := os.Open(self)
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/testdir"
 )
 
 // What nvidia-smi -q -d PIDS prints on Windows: CRLF line ends, Windows
@@ -22,7 +24,7 @@ const (
 // LocateGPUProcesses finds a stand-in (a batch file) that way, reads
 // both of its queries, leaves the desktop's dwm.exe out and sees a game.
 func TestLocateGPUProcessesOnWindows(t *testing.T) {
-	dir := tempDir(t)
+	dir := testdir.New(t)
 	crlf := func(s string) []byte { return []byte(strings.ReplaceAll(s, "\n", "\r\n")) }
 	write := func(name string, b []byte) {
 		t.Helper()
