@@ -2,29 +2,21 @@ package turnstile
 
 import (
 	"github.com/caddyserver/caddy/v2"
+	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/cli"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 )
 
 func init() {
 	caddy.RegisterModule(new(Admin))
+	// `caddy gpu-turnstile status|hold|...`, through these routes.
+	caddycmd.RegisterCommand(cli.Command())
 }
 
-// Admin serves the turnstiles' admin routes on Caddy's admin endpoint
-// (never on the proxied listeners):
-//
-//	GET    /gpu_turnstile/status            every turnstile's status
-//	GET    /gpu_turnstile/history[?turnstile=NAME]
-//	GET    /gpu_turnstile/events[?turnstile=NAME]  the live events (Server-Sent Events)
-//	GET    /gpu_turnstile/holds             active holds
-//	POST   /gpu_turnstile/holds             {"turnstile","owner","ttl","wait","wait_timeout"} -> 201 once held
-//	POST   /gpu_turnstile/holds/{id}/renew  [{"ttl"}]
-//	DELETE /gpu_turnstile/holds/{id}
-//	DELETE /gpu_turnstile/job[?turnstile=NAME]  cancel the running image job -> 200 once stopped
-//	DELETE /gpu_turnstile/job?force=1[&turnstile=NAME]  abandon it: the GPU is handed on
-//
-// The hold routes are those of the gpu_turnstile_holds handler, for every
-// turnstile.
+// Admin serves the turnstiles' admin routes below /gpu_turnstile/ on
+// Caddy's admin endpoint, never on the proxied listeners: status,
+// history, events, holds and cancel (httpapi.Admin lists them).
 type Admin struct {
 	done <-chan struct{}
 }

@@ -19,9 +19,21 @@ import (
 // DefaultTurnstile is the turnstile that a route naming none reaches.
 const DefaultTurnstile = "default"
 
-// Admin serves the admin endpoint's routes below /gpu_turnstile/ (see
-// the root's Admin) for every turnstile of Turnstiles; errors are
-// caddy.APIError values.
+// Admin serves the admin endpoint's routes below /gpu_turnstile/ for
+// every turnstile of Turnstiles; errors are caddy.APIError values:
+//
+//	GET    /gpu_turnstile/status            every turnstile's status
+//	GET    /gpu_turnstile/history[?turnstile=NAME]
+//	GET    /gpu_turnstile/events[?turnstile=NAME]  the live events (Server-Sent Events)
+//	GET    /gpu_turnstile/holds             active holds
+//	POST   /gpu_turnstile/holds             {"turnstile","owner","ttl","wait","wait_timeout"} -> 201 once held
+//	POST   /gpu_turnstile/holds/{id}/renew  [{"ttl"}]
+//	DELETE /gpu_turnstile/holds/{id}
+//	DELETE /gpu_turnstile/job[?turnstile=NAME]  cancel the running image job -> 200 once stopped
+//	DELETE /gpu_turnstile/job?force=1[&turnstile=NAME]  abandon it: the GPU is handed on
+//
+// The hold routes are those of the gpu_turnstile_holds handler, for every
+// turnstile.
 type Admin struct {
 	Turnstiles Turnstiles
 	// Done is closed when the config whose admin endpoint serves the
