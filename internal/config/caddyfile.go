@@ -55,7 +55,7 @@ func ParseGlobalOption(d *caddyfile.Dispenser, defined func(name string) bool) (
 		if err := at.seen.Once(d); err != nil {
 			return "", nil, err
 		}
-		at.note(d.Val(), d.Line())
+		at.note(d)
 		if err := parseSetting(d, s); err != nil {
 			return "", nil, err
 		}
@@ -133,10 +133,11 @@ type blockLines struct {
 	// order the settings list them in depends on both (engineList).
 	shorthand    map[string]int   // ollama, comfy
 	engineOption map[string][]int // llm, image
-	holdWhile    int              // the first hold_while
+	holdWhile    map[string]int   // each hold_while, by its condition
 }
 
-func (b *blockLines) note(opt string, line int) {
+func (b *blockLines) note(d *caddyfile.Dispenser) {
+	opt, line := d.Val(), d.Line()
 	switch opt {
 	case shorthands[LLM].option, shorthands[Image].option:
 		if b.shorthand == nil {
@@ -149,10 +150,35 @@ func (b *blockLines) note(opt string, line int) {
 		}
 		b.engineOption[opt] = append(b.engineOption[opt], line)
 	case "hold_while":
-		if b.holdWhile == 0 {
-			b.holdWhile = line
+		if b.holdWhile == nil {
+			b.holdWhile = map[string]int{}
+		}
+		if d.NextArg() {
+			b.holdWhile[d.Val()] = line
+			d.Prev()
 		}
 	}
+}
+
+// holdWhileFields are the JSON field prefixes of the hold_while
+// conditions, longest first (hold_while_gpu_ is gpu_process's).
+var holdWhileFields = []struct{ prefix, condition string }{
+	{"hold_while_gpu_busy", "gpu_busy"},
+	{"hold_while_steam", "steam"},
+	{"hold_while_process", "process"},
+	{"hold_while_gpu", "gpu_process"},
+}
+
+// holdWhileLine is the line of the hold_while condition whose JSON field
+// is field.
+func (b *blockLines) holdWhileLine(field string) (int, bool) {
+	for _, f := range holdWhileFields {
+		if strings.HasPrefix(field, f.prefix) {
+			line, ok := b.holdWhile[f.condition]
+			return line, ok
+		}
+	}
+	return 0, false
 }
 
 // lineOf is the line of the option err is about: an engine's by its place
@@ -175,8 +201,8 @@ func (b *blockLines) lineOf(err error, s *Settings) (int, bool) {
 	if f := strings.Fields(opt); len(f) > 0 {
 		opt = f[0]
 	}
-	if strings.HasPrefix(opt, "hold_while") && b.holdWhile > 0 {
-		return b.holdWhile, true
+	if line, ok := b.holdWhileLine(opt); ok {
+		return line, true
 	}
 	if line, ok := b.shorthand[opt]; ok {
 		return line, true

@@ -78,8 +78,9 @@ func TestPresenceOptionsErrors(t *testing.T) {
 		{presenceBlock("hold_while steam now"), `got "now"`, 3},
 		{presenceBlock("presence_gpu_index -1"), `presence_gpu_index: "-1" is not a GPU index`, 3},
 		{presenceBlock("presence_gpu_index 0", "presence_gpu_index 1"), "presence_gpu_index: given twice, on lines 3 and 4", 4},
-		// Across options: at the first hold_while.
+		// Across options: at the hold_while line of the condition.
 		{presenceBlock("hold_while gpu_busy for 1s", "presence_poll_interval 5s"), "hold_while_gpu_busy_for: 1s is less than presence_poll_interval (5s)", 3},
+		{presenceBlock("hold_while process game*", "hold_while gpu_busy for 1s", "presence_poll_interval 5s"), "hold_while_gpu_busy_for: 1s is less than presence_poll_interval (5s)", 4},
 		{presenceBlock("hold_while steam home player"), `hold_while_steam_home: "player" is not an absolute path`, 3},
 	} {
 		_, _, err := parse(t, tc.src)
