@@ -43,13 +43,15 @@ module_version() {
 		return
 	fi
 	command -v git >/dev/null && git rev-parse --verify -q HEAD >/dev/null 2>&1 || return 0
+	# A copy inside another repository is not this module's history.
+	[ "$(git rev-parse --show-toplevel 2>/dev/null)" = "$(pwd -P)" ] || return 0
 	local tag base stamp hash
 	if tag=$(git describe --tags --exact-match --match 'v[0-9]*.[0-9]*.[0-9]*' 2>/dev/null); then
 		echo "$tag"
 		return
 	fi
-	stamp=$(TZ=UTC git show -s --format=%cd --date=format-local:%Y%m%d%H%M%S HEAD)
-	hash=$(git rev-parse --short=12 HEAD)
+	stamp=$(TZ=UTC git show -s --format=%cd --date=format-local:%Y%m%d%H%M%S HEAD) || return 0
+	hash=$(git rev-parse --short=12 HEAD) || return 0
 	if base=$(git describe --tags --abbrev=0 --match 'v[0-9]*.[0-9]*.[0-9]*' 2>/dev/null) &&
 		[[ $base =~ ^(v[0-9]+\.[0-9]+\.)([0-9]+)$ ]]; then
 		echo "${BASH_REMATCH[1]}$((BASH_REMATCH[2] + 1))-0.$stamp-$hash"
@@ -60,7 +62,7 @@ module_version() {
 
 build() {
 	local version xcaddy
-	version=$(module_version)
+	version=$(module_version) || version= # no version is better than no build
 	# The pinned xcaddy, built for this machine: with GOOS or GOARCH set for
 	# a cross build, `go tool xcaddy` would build xcaddy itself for the
 	# target and fail to run it. -n builds it and prints its path.
