@@ -103,8 +103,8 @@ func TestCLIBlockedTimedOutCancel(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &blocked); code != 3 || err != nil || blocked.BlockedBy.State != "image" {
 		t.Fatalf("hold --no-wait during a job: %d %q %v, want 3 and blocked_by", code, out, err)
 	}
-	if code, _, errOut := h.cli("hold", "--wait-timeout", "100ms"); code != 4 || !strings.Contains(errOut, "wait_timeout") {
-		t.Fatalf("hold --wait-timeout 100ms during a job: %d %q, want 4", code, errOut)
+	if code, _, errOut := h.cli("hold", "--wait-timeout", "1500ms"); code != 4 || !strings.Contains(errOut, "wait_timeout") || !strings.Contains(errOut, "waiting for the GPU") {
+		t.Fatalf("hold --wait-timeout 1500ms during a job: %d %q, want 4, after saying that it waits", code, errOut)
 	}
 	if code, out, errOut := h.cli("cancel"); code != 0 || out != id+": interrupted\n" {
 		t.Fatalf("cancel: %d %q %q", code, out, errOut)

@@ -94,7 +94,12 @@ func runHold(e *env, fl caddycmd.Flags) (int, error) {
 	if err != nil {
 		return ExitError, err
 	}
+	stop := func() {}
+	if !fl.Bool("json") {
+		stop = sayWaiting(e)
+	}
 	h, data, err := take(c, body)
+	stop()
 	if err != nil {
 		return fail(e, fl, err)
 	}
@@ -112,6 +117,30 @@ func runHold(e *env, fl caddycmd.Flags) (int, error) {
 		return s.whileProcess(pid)
 	}
 	return s.whileCommand(command)
+}
+
+// waitingNote is how long a hold may take before the command says that
+// it waits, so that a person at the terminal knows it is not stuck.
+const waitingNote = time.Second
+
+// sayWaiting writes to stderr, once waitingNote has passed, that the
+// hold waits; the func it returns stops it and returns once it has.
+func sayWaiting(e *env) (stop func()) {
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTimer(waitingNote)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			fmt.Fprintln(e.errOut, "waiting for the GPU: LLM requests drain, a running image job ends, the engines are emptied...")
+		case <-done:
+		}
+	}()
+	return func() {
+		close(done)
+		<-ended
+	}
 }
 
 // commandArgs are the arguments after "--", if any.
