@@ -267,7 +267,7 @@ func TestMaxWaiting(t *testing.T) {
 // TestRequestBodyMaxSizeComesFirst: Caddy's request_body max_size runs
 // before the turnstile (Caddy's directive order), so a body over it gets
 // Caddy's 413 and never holds the budget, whether its size is announced
-// or found while reading. Matched to the GPU routes as the README shows,
+// or found while reading. Matched to the GPU routes as docs/behaviour.md shows,
 // it leaves other routes alone.
 func TestRequestBodyMaxSizeComesFirst(t *testing.T) {
 	h := newHarness(t, harnessOptions{})

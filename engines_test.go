@@ -212,7 +212,7 @@ func TestUnemptiableEngineRefusesExclusiveUse(t *testing.T) {
 // A job started in A1111's own UI is seen through /progress and guarded:
 // the LLM engines are emptied and LLM requests wait until it has ended and
 // A1111 has been freed. Until the next poll sees it, it shares the GPU
-// (the README says so): the only overlaps are at its start. Forge, since
+// (docs/engines.md says so): the only overlaps are at its start. Forge, since
 // A1111's UI does not reload a checkpoint that a free unloaded.
 func TestA1111UIJobIsGuarded(t *testing.T) {
 	m := newMix(t, mixOptions{engines: []string{"llamacpp", "a1111"}, a1111: a1111test.Options{Forge: true}})

@@ -1,7 +1,7 @@
 package turnstile
 
 // The suite against a real ComfyUI. It runs only when COMFYUI_SRC names a
-// ComfyUI checkout; see README, "Testing against a real ComfyUI".
+// ComfyUI checkout; see docs/development.md, "Testing against a real ComfyUI".
 //
 // ComfyUI runs on CPU with workflows that need no model weights
 // (EmptyImage -> ImageBlur... -> PreviewImage), in front of it a Caddy with

@@ -224,7 +224,7 @@ func TestTracingImageJobSpans(t *testing.T) {
 }
 
 // waterfall draws the spans of req's trace and those linked to it, one a
-// line, as bars on a common time axis (the README's picture of a trace).
+// line, as bars on a common time axis, for the test's log.
 func waterfall(spans tracetest.SpanStubs, req *tracetest.SpanStub) string {
 	var shown []tracetest.SpanStub
 	for _, s := range spans {
