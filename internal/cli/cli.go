@@ -17,48 +17,25 @@ import (
 // Command is `caddy gpu-turnstile`, for caddycmd.RegisterCommand.
 func Command() caddycmd.Command {
 	return caddycmd.Command{
-		Name:  "gpu-turnstile",
-		Usage: "status|hold|renew|release|cancel|events [flags]",
-		Short: "Shows and steers the GPU turnstiles of a running Caddy",
-		Long:  long(),
-		CobraFunc: func(cmd *cobra.Command) {
-			populate(cmd, func(f runFunc) func(*cobra.Command, []string) error {
-				return func(c *cobra.Command, args []string) error {
-					ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-					defer stop()
-					e := &env{ctx: ctx, out: c.OutOrStdout(), errOut: c.ErrOrStderr()}
-					return caddycmd.WrapCommandFuncForCobra(func(fl caddycmd.Flags) (int, error) {
-						return f(e, fl)
-					})(c, args)
-				}
-			})
-		},
+		Name:      "gpu-turnstile",
+		Usage:     "status|hold|renew|release|cancel|events [flags]",
+		Short:     "Shows and steers the GPU turnstiles of a running Caddy",
+		Long:      long(),
+		CobraFunc: populate,
 	}
 }
 
-// Run runs `caddy gpu-turnstile ARGS...` in this process, as the caddy
-// binary would, and returns its exit code; an error is also written to
-// errOut. ctx stands for the signals that end a hold or a stream.
-func Run(ctx context.Context, args []string, out, errOut io.Writer) int {
-	root := &cobra.Command{Use: "gpu-turnstile", SilenceUsage: true, SilenceErrors: true}
-	code := ExitOK
-	populate(root, func(f runFunc) func(*cobra.Command, []string) error {
-		return func(c *cobra.Command, _ []string) error {
-			var err error
-			code, err = f(&env{ctx: ctx, out: out, errOut: errOut}, caddycmd.Flags{FlagSet: c.Flags()})
-			return err
-		}
-	})
-	root.SetArgs(args)
-	root.SetOut(out)
-	root.SetErr(errOut)
-	if err := root.Execute(); err != nil {
-		fmt.Fprintln(errOut, "error:", err)
-		if code == ExitOK {
-			code = ExitError
-		}
+// runE runs a subcommand as Caddy runs its own: a signal ends its
+// context, and its exit code reaches caddycmd.Main.
+func runE(f runFunc) func(*cobra.Command, []string) error {
+	return func(c *cobra.Command, args []string) error {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		e := &env{ctx: ctx, out: c.OutOrStdout(), errOut: c.ErrOrStderr()}
+		return caddycmd.WrapCommandFuncForCobra(func(fl caddycmd.Flags) (int, error) {
+			return f(e, fl)
+		})(c, args)
 	}
-	return code
 }
 
 // env is what a subcommand writes to and stops on.
@@ -70,9 +47,8 @@ type env struct {
 // runFunc is a subcommand: its exit code, and the error to report.
 type runFunc func(e *env, fl caddycmd.Flags) (int, error)
 
-// populate adds the flags every subcommand shares and the subcommands,
-// each run through wrap.
-func populate(cmd *cobra.Command, wrap func(runFunc) func(*cobra.Command, []string) error) {
+// populate adds the flags every subcommand shares and the subcommands.
+func populate(cmd *cobra.Command) {
 	pf := cmd.PersistentFlags()
 	pf.String("address", "", "The admin endpoint's address, if not the config's or localhost:2019")
 	pf.StringP("config", "c", "", "A config file to read the admin address from, if --address is not given")
@@ -80,7 +56,7 @@ func populate(cmd *cobra.Command, wrap func(runFunc) func(*cobra.Command, []stri
 	pf.StringP("turnstile", "t", "", "The turnstile (default: the one named default)")
 	pf.Bool("json", false, "Print the admin endpoint's JSON answers as they are")
 	for _, sub := range []*cobra.Command{statusCommand(), holdCommand(), renewCommand(), releaseCommand(), cancelCommand(), eventsCommand()} {
-		sub.RunE = wrap(runs[sub.Name()])
+		sub.RunE = runE(runs[sub.Name()])
 		cmd.AddCommand(sub)
 	}
 }
