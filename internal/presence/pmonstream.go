@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/restart"
 )
 
 const (
@@ -56,26 +58,8 @@ func (p *pmonSource) args() []string {
 // whenever it ends, prints what is not pmon's output, or stops giving
 // samples. Why it gives none is recorded in t until the next sample.
 func (p *pmonSource) run(ctx context.Context, t *usageTracker) {
-	backoff := streamBackoffMin
-	for {
-		began := time.Now()
-		rows, err := p.once(ctx, t)
-		if ctx.Err() != nil {
-			return
-		}
-		t.down(err)
-		if rows && time.Since(began) >= streamBackoffMax {
-			backoff = streamBackoffMin
-		}
-		timer := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return
-		case <-timer.C:
-		}
-		backoff = min(backoff*2, streamBackoffMax)
-	}
+	restart.Loop(ctx, streamBackoffMin, streamBackoffMax,
+		func(ctx context.Context) (bool, error) { return p.once(ctx, t) }, t.down)
 }
 
 // once runs nvidia-smi pmon until it ends or is stopped, and says why it

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/restart"
 )
 
 // waitDelay bounds how long a killed nvidia-smi may keep its output open
@@ -80,26 +82,14 @@ func Processes(ctx context.Context, smiPath string, index int) (map[int32]int64,
 // ctx has ended and its process has been reaped.
 func Stream(ctx context.Context, smiPath string, index int, interval time.Duration, each func(Reading, error)) {
 	interval = max(interval, 10*time.Millisecond)
-	pause := interval
-	for ctx.Err() == nil {
-		read, err := stream(ctx, smiPath, index, interval, each)
-		if ctx.Err() != nil {
-			return
-		}
-		if read {
-			pause = interval
-		}
-		if err == nil {
-			err = errors.New("nvidia-smi: exited")
-		}
-		each(Reading{}, err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(pause):
-		}
-		pause = min(2*pause, time.Minute)
-	}
+	restart.Loop(ctx, interval, time.Minute,
+		func(ctx context.Context) (bool, error) { return stream(ctx, smiPath, index, interval, each) },
+		func(err error) {
+			if err == nil {
+				err = errors.New("nvidia-smi: exited")
+			}
+			each(Reading{}, err)
+		})
 }
 
 // stream runs one nvidia-smi -lms until it exits or ctx ends, and
