@@ -3,7 +3,6 @@
 package presence
 
 import (
-	"context"
 	"net"
 	"os"
 	"path/filepath"
@@ -25,15 +24,6 @@ func smiOnPath(t *testing.T) *gputest.GPU {
 	return g
 }
 
-// runWatcher runs w until the test ends, and waits for it (and for the
-// nvidia-smi it runs) before the test's directories go.
-func runWatcher(t *testing.T, w *Watcher) {
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { w.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-}
-
 // Through a real nvidia-smi process (the simulated card's, streaming
 // pmon -d 1): the engine's own process at 95% (this test's, listening on
 // the engine's port) never holds; a game at 60% does, and is let go once
@@ -50,15 +40,9 @@ func TestGPUBusyThroughNvidiaSMI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	engaged, released, sampled := make(chan string, 1), make(chan struct{}, 1), make(chan struct{}, 1)
+	engaged, released := make(chan string, 1), make(chan struct{}, 1)
 	w := NewWatcher(s, 50*time.Millisecond, 200*time.Millisecond, nil, func(o string) { engaged <- o }, func() { released <- struct{}{} })
-	w.OnSample(func() {
-		select {
-		case sampled <- struct{}{}:
-		default:
-		}
-	})
-	runWatcher(t, w)
+	sampled := runWatcher(t, w)
 	deadline := time.After(20 * time.Second)
 	// Samples that saw the engine busy, and judged it its own.
 	tr := s.(*busySampler).t
@@ -100,15 +84,8 @@ func TestGPUBusyUnsupportedThroughNvidiaSMI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sampled := make(chan struct{}, 1)
 	w := NewWatcher(s, 50*time.Millisecond, time.Second, nil, func(string) {}, func() {})
-	w.OnSample(func() {
-		select {
-		case sampled <- struct{}{}:
-		default:
-		}
-	})
-	runWatcher(t, w)
+	sampled := runWatcher(t, w)
 	deadline := time.After(20 * time.Second)
 	for {
 		select {

@@ -1,7 +1,6 @@
 package presence
 
 import (
-	"context"
 	"testing"
 	"time"
 )
@@ -18,20 +17,10 @@ func TestWatcherHoldsWhileAWindowsGameRuns(t *testing.T) {
 	}
 	engaged := make(chan string, 1)
 	released := make(chan struct{}, 1)
-	sampled := make(chan struct{}, 1)
 	w := NewWatcher(s, 50*time.Millisecond, 0, nil,
 		func(owner string) { engaged <- owner },
 		func() { released <- struct{}{} })
-	w.OnSample(func() {
-		select {
-		case sampled <- struct{}{}:
-		default:
-		}
-	})
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { w.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	sampled := runWatcher(t, w)
 
 	within(t, sampled, "the first sample")
 	if _, on, err := w.Status(); on || err != nil {
