@@ -27,7 +27,7 @@ func runCancel(e *env, fl caddycmd.Flags) (int, error) {
 	if fl.Bool("force") {
 		force = []string{"force", "1"}
 	}
-	data, err := c.do(http.MethodDelete, withTurnstile("/gpu_turnstile/job", fl.String("turnstile"), force...), nil)
+	data, err := c.wait(http.MethodDelete, withTurnstile("/gpu_turnstile/job", fl.String("turnstile"), force...), nil)
 	if err != nil {
 		return fail(e, fl, err)
 	}

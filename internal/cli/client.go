@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 )
@@ -52,9 +53,38 @@ func code(err error) int {
 	return ExitError
 }
 
-// do sends a request and returns the answer's body; an error status is
-// an *answerError. body, if not nil, is sent as JSON.
+// answerWithin bounds a request that the server answers at once (status,
+// renew, release): a Caddy that accepts the connection and never answers
+// does not keep the command waiting.
+var answerWithin = 30 * time.Second
+
+// do sends a request that is answered at once, within answerWithin, and
+// returns the answer's body; an error status is an *answerError. body, if
+// not nil, is sent as JSON.
 func (c *client) do(method, path string, body any) ([]byte, error) {
+	type answer struct {
+		data []byte
+		err  error
+	}
+	ch := make(chan answer, 1) // the request outlives a timeout; this process ends soon after
+	go func() {
+		data, err := c.wait(method, path, body)
+		ch <- answer{data, err}
+	}()
+	t := time.NewTimer(answerWithin)
+	defer t.Stop()
+	select {
+	case a := <-ch:
+		return a.data, a.err
+	case <-t.C:
+		return nil, fmt.Errorf("admin endpoint %s: no answer to %s %s within %v", c.addr, method, path, answerWithin)
+	}
+}
+
+// wait is do for a request whose wait the server bounds itself: a hold
+// waits up to its wait_timeout, a cancel until the engine has stopped the
+// job (or interrupt_grace).
+func (c *client) wait(method, path string, body any) ([]byte, error) {
 	resp, err := c.open(method, path, body)
 	if err != nil {
 		return nil, err

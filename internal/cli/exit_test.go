@@ -2,10 +2,12 @@ package cli
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 // docs/cli.md has a row for every exit code, and no other.
@@ -61,5 +63,30 @@ func TestExplain(t *testing.T) {
 	err = c.explain(fmt.Errorf("performing request: dial tcp: connection refused"))
 	if code(err) != ExitError || !strings.Contains(err.Error(), "is Caddy running?") {
 		t.Errorf("unreachable: %v", err)
+	}
+}
+
+// A Caddy that accepts the connection and never answers does not keep a
+// status waiting past answerWithin.
+func TestDoIsBounded(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer conn.Close() // held open, never answered
+		}
+	}()
+	defer func(d time.Duration) { answerWithin = d }(answerWithin)
+	answerWithin = 50 * time.Millisecond
+	c := &client{addr: ln.Addr().String()}
+	if _, err := c.do(http.MethodGet, "/gpu_turnstile/status", nil); err == nil || code(err) != ExitError || !strings.Contains(err.Error(), "no answer") {
+		t.Fatalf("a silent endpoint: %v", err)
 	}
 }

@@ -155,7 +155,7 @@ func commandArgs(fl caddycmd.Flags) []string {
 // take asks for the hold and waits for the answer.
 func take(c *client, body map[string]any) (gpu.HoldStatus, []byte, error) {
 	var h gpu.HoldStatus
-	data, err := c.do(http.MethodPost, "/gpu_turnstile/holds", body)
+	data, err := c.wait(http.MethodPost, "/gpu_turnstile/holds", body)
 	if err != nil {
 		return h, nil, err
 	}
