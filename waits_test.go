@@ -242,7 +242,9 @@ func TestTrickledBodyOverHTTP2(t *testing.T) {
 	client := &http.Client{Transport: &http.Transport{Protocols: &protocols}, Timeout: 20 * time.Second}
 	defer client.CloseIdleConnections()
 	pr, pw := io.Pipe()
-	stop, sender := make(chan struct{}), make(chan struct{})
+	// sent is closed only once the whole body has gone; the client's
+	// transport may close the body (and end the sender) on the answer.
+	stop, sender, sent := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(sender)
 		defer pw.Close()
@@ -257,6 +259,7 @@ func TestTrickledBodyOverHTTP2(t *testing.T) {
 				return
 			}
 		}
+		close(sent)
 	}()
 	defer func() { close(stop); pr.Close(); <-sender }()
 	req, _ := http.NewRequest(http.MethodPost, h.llm+"/api/chat", pr)
@@ -271,7 +274,7 @@ func TestTrickledBodyOverHTTP2(t *testing.T) {
 		t.Fatalf("HTTP/%d %d %s, want HTTP/2 503 busy", resp.ProtoMajor, resp.StatusCode, b)
 	}
 	select {
-	case <-sender:
+	case <-sent:
 		t.Fatal("answered only once the body had ended")
 	default:
 	}
