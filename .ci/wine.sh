@@ -56,6 +56,10 @@ prepare_prefix() {
 		fail "wineboot failed"
 	}
 	"$WINESERVER" -w
+	# One wineserver for the whole step: with its default 3 s linger, a
+	# Wine program started as it exits can find no service control
+	# manager. cleanup and service_recipe end it.
+	"$WINESERVER" -p
 	x86_64-w64-mingw32-gcc -shared -O2 -s -o "$WINEPREFIX/drive_c/windows/system32/bcryptprimitives.dll" \
 		.ci/wine/bcryptprimitives.c -ladvapi32
 }
@@ -147,6 +151,7 @@ service_recipe() {
 	cp "$scratch/caddy.exe" examples/windows/Caddyfile "$dir/"
 	! "$WINE" "$dir/caddy.exe" gpu-turnstile status >/dev/null 2>&1 ||
 		fail "a Caddy already answers on localhost:2019, so the service's could not be told apart"
+	wait_for "Wine's service control manager to answer sc.exe query winmgmt" "$WINE" sc.exe query winmgmt
 	while IFS= read -r line; do
 		# Plain words and double-quoted words with backslashes mean the
 		# same to PowerShell and to bash; a line with anything else is
@@ -157,7 +162,10 @@ service_recipe() {
 		if [[ "$line" == "sc.exe start "* ]]; then
 			eval "\"\$WINE\" $line" >"$scratch/start.log" 2>&1 &
 		else
-			eval "\"\$WINE\" $line" >/dev/null || fail "$README: $line: failed"
+			eval "\"\$WINE\" $line" >"$scratch/sc.log" 2>&1 || {
+				cat "$scratch/sc.log"
+				fail "$README: $line: failed"
+			}
 		fi
 	done < <(powershell_lines '^sc\.exe ')
 	[ "$n" -eq 3 ] || fail "$README: want the 3 sc.exe lines (create, failure, start), found $n"
