@@ -109,8 +109,8 @@ func memoryOptionsSet(s Settings) []string {
 
 // locateMemory finds nvidia-smi for vram_admission and checks
 // vram_reserve against the card's total. A card that cannot be read now
-// does not refuse the config: admission falls back to the whole-card
-// rules while readings fail.
+// does not refuse the config, and says so in Warnings: admission falls
+// back to the whole-card rules while readings fail.
 func (c *Turnstile) locateMemory() error {
 	m := c.GPU.Memory
 	if m == nil {
@@ -132,7 +132,11 @@ func (c *Turnstile) locateMemory() error {
 	ctx, cancel := context.WithTimeout(context.Background(), memoryReadTimeout)
 	defer cancel()
 	r, err := vram.Read(ctx, path, m.Index)
+	if err != nil && ctx.Err() == nil {
+		r, err = vram.Read(ctx, path, m.Index) // once more, for a passing fault
+	}
 	if err != nil {
+		c.warnings = append(c.warnings, fmt.Sprintf("vram_reserve not checked against the card's total: %v", err))
 		return nil
 	}
 	if m.Reserve >= r.Total {

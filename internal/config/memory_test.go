@@ -253,16 +253,21 @@ func TestLocateMemory(t *testing.T) {
 		t.Fatalf("%v, path %q", err, c.GPU.Memory.SMIPath)
 	}
 	for _, reserve := range []int64{24 << 30, 30 << 30} {
-		err := admission(reserve).Locate()
+		c := admission(reserve)
+		err := c.Locate()
 		want := "vram_reserve: " + map[int64]string{24 << 30: "24 GiB", 30 << 30: "30 GiB"}[reserve] + " is at or over the card's total memory (24 GiB)"
 		if err == nil || err.Error() != want {
-			t.Errorf("reserve %d: %v, want %q", reserve, err, want)
+			t.Errorf("reserve %d: %v, want %q (warnings %q)", reserve, err, want, c.Warnings())
 		}
 	}
 
 	fakeSMI(t, "echo 'NVIDIA-SMI has failed' >&2; exit 9", "echo NVIDIA-SMI has failed 1>&2\r\nexit /b 9")
-	if err := admission(30 << 30).Locate(); err != nil {
+	c = admission(30 << 30)
+	if err := c.Locate(); err != nil {
 		t.Errorf("a card that cannot be read refused the config: %v", err)
+	}
+	if w := c.Warnings(); len(w) != 1 || !strings.HasPrefix(w[0], "vram_reserve not checked against the card's total: ") {
+		t.Errorf("a card that cannot be read: warnings %q, want one that says the reserve was not checked", w)
 	}
 
 	t.Setenv("PATH", testdir.New(t))
