@@ -145,7 +145,9 @@ func (g *GPU) besideLocked(c *MemoryConfig, model string, now time.Time) *Admiss
 		}
 		need = fp.Bytes
 	}
-	avail, ok := m.available(c)
+	// Not available(): an engine evicts its idle models to make room for
+	// a model it loads, never for the job's growth.
+	avail, ok := m.room(c)
 	grown := m.reading.Total - m.reading.Free - jm.base - jm.beside // the job's part of the card's growth
 	if !ok || avail-max(jm.peak-grown, 0) < need {
 		return nil

@@ -165,22 +165,31 @@ func (m *memState) stale(c *MemoryConfig, now time.Time) bool {
 	return m.reading.At.IsZero() || now.Sub(m.reading.At) > staleAfter*c.Poll
 }
 
-// available is the memory a model not loaded may take: what the card has
-// free, less the reserve and the footprints of the pending loads, plus
-// what idle models of an engine that evicts them hold. Not ok while a
-// load of unknown size is pending: nothing is known to be free then.
+// available is the memory a model not loaded may take: room, plus what
+// idle models of an engine that evicts them hold.
 func (m *memState) available(c *MemoryConfig) (int64, bool) {
+	avail, ok := m.room(c)
+	if !ok {
+		return 0, false
+	}
+	for model, r := range m.resident {
+		if r.evicts && m.inflight[model] == 0 {
+			avail += r.vram
+		}
+	}
+	return avail, true
+}
+
+// room is what the card has free, less the reserve and the footprints of
+// the pending loads. Not ok while a load of unknown size is pending:
+// nothing is known to be free then.
+func (m *memState) room(c *MemoryConfig) (int64, bool) {
 	avail := m.reading.Free - c.Reserve
 	for _, p := range m.pending {
 		if p.bytes == unknownBytes {
 			return 0, false
 		}
 		avail -= p.bytes
-	}
-	for model, r := range m.resident {
-		if r.evicts && m.inflight[model] == 0 {
-			avail += r.vram
-		}
 	}
 	return avail, true
 }
