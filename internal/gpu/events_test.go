@@ -111,10 +111,15 @@ func TestEventsFollowAnLLMRequestAndAnImageJob(t *testing.T) {
 	id := f.comfy.Submit(30 * time.Millisecond)
 	job.Submitted(id)
 
-	var sawJob bool
+	// The free's step and the idle status that follows it come in
+	// either order when the stream runs late: a round renders the
+	// GPU's newest state.
+	var sawJob, sawFree, sawIdle bool
 	evs := collect(t, s, func(r received) bool {
 		sawJob = sawJob || r.name == "job"
-		return sawJob && r.name == "status" && r.status.State == "idle"
+		sawFree = sawFree || sawJob && r.name == "step" && r.step.Kind == "free"
+		sawIdle = sawIdle || sawJob && r.name == "status" && r.status.State == "idle"
+		return sawFree && sawIdle
 	})
 	llm := indexOf(evs, 0, func(r received) bool {
 		return r.name == "status" && r.status.State == "llm" && r.status.LLMInflight == 1
