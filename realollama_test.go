@@ -25,6 +25,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
+	ollamaclient "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama/realollama"
 )
 
@@ -85,6 +86,7 @@ func TestRealOllama(t *testing.T) {
 		{"JoiningRequestCancelsUnload", realJoiningKeepAlive},
 		{"ServeKilledRunnerOrphaned", realOrphanedRunner},
 		{"UnloadFigures", realUnloadFigures},
+		{"UnloadAllButKeepsOne", realUnloadAllBut},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.run(t, e) })
 	}
@@ -805,4 +807,51 @@ func spread(ds []time.Duration) string {
 		return d.Round(time.Millisecond)
 	}
 	return fmt.Sprintf("%v [%v-%v]", r(s[len(s)/2]), r(s[0]), r(s[len(s)-1]))
+}
+
+// realUnloadAllBut runs the client's UnloadAllBut against the real server,
+// as an image job does when it keeps a co_resident model loaded: the model
+// not kept is unloaded and its runner ends; the kept one stays listed, its
+// runner alive.
+func realUnloadAllBut(t *testing.T, e *realEnv) {
+	ctx := context.Background()
+	srv, err := realollama.Start(ctx, e.bin, t.TempDir(), realollama.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	c, err := ollamaclient.NewClient(srv.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range map[string]realollama.File{"tiny": e.tiny, "big": e.big} {
+		if err := srv.Create(ctx, name, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, m := range []string{"tiny", "big"} {
+		if err := c.Warm(ctx, m, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ps, err := c.PS(ctx); err != nil || len(ps) != 2 || len(srv.Runners()) != 2 {
+		t.Fatalf("before: %v %v, runners %v; want both models loaded", ps, err, srv.Runners())
+	}
+	uctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	names, err := c.UnloadAllBut(uctx, 100*time.Millisecond, func(name string) bool { return name == "tiny:latest" })
+	if err != nil || !slices.Equal(names, []string{"big:latest"}) {
+		t.Fatalf("unloaded %v, %v; want big:latest", names, err)
+	}
+	ps, err := c.PS(ctx)
+	if err != nil || len(ps) != 1 || ps[0].Name != "tiny:latest" {
+		t.Fatalf("after: %v %v; want tiny:latest alone", ps, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(srv.Runners()) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("runners %v 10 s after the unload: want the kept model's alone", srv.Runners())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -115,6 +115,7 @@ var spinRuns = []spinRun{
 	{name: "bug: warm-up outside the lock races the unload", defines: []string{"-DFINITE", "-DROUNDS=1", "-DBUG_WARM_UNLOCKED"}, claim: "safe", fail: true},
 	{name: "bug: presence hold queued at the back", defines: []string{"-DFINITE", "-DROUNDS=1", "-DNLLM=1", "-DPRESENCE=1", "-DBUG_PRESENCE_BACK"}, claim: "presenceFirst", fail: true},
 	{name: "bug: the room beside a job judged before the lock's step", defines: []string{"-DNLLM=1", "-DBESIDE", "-DBUG_BESIDE_STALE"}, claim: "safe", fail: true},
+	{name: "bug: a model kept through a job whose workflow was never measured", defines: []string{"-DNLLM=1", "-DBESIDE", "-DBUG_KEEP_UNMEASURED"}, claim: "safe", fail: true},
 	{name: "bug: presence hold waits for the shared turn", defines: []string{"-DFINITE", "-DROUNDS=1", "-DNLLM=1", "-DPRESENCE=1", "-DMAX_STREAK=1", "-DBUG_PRESENCE_TURN"}, fail: true},
 }
 

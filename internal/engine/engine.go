@@ -47,6 +47,16 @@ type LLM interface {
 	Warm(ctx context.Context, model string) error
 }
 
+// Keeper is an LLM engine that can be emptied of all but some of its
+// models: co_resident models that fit beside the next image job stay
+// loaded through it.
+type Keeper interface {
+	// EmptyBut is Empty after normal LLM use, but leaves loaded the
+	// models keep reports true for; what else it holds is unloaded and
+	// confirmed gone.
+	EmptyBut(ctx context.Context, log *zap.Logger, keep func(model string) bool) (unloaded []string, contact, err error)
+}
+
 // Waker is an LLM engine that stays empty once emptied (vLLM asleep queues
 // its requests and never wakes by itself): it is woken, and the wake
 // confirmed, before LLM requests go again. Engines that load on demand are

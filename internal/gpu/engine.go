@@ -15,6 +15,9 @@ type LLMEngine = engine.LLM
 // ImageEngine is an engine whose jobs take the GPU alone.
 type ImageEngine = engine.Image
 
+// Keeper is an LLM engine that can be emptied of all but some models.
+type Keeper = engine.Keeper
+
 // Waker is an LLM engine that is woken before LLM requests go again.
 type Waker = engine.Waker
 

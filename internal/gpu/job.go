@@ -37,6 +37,9 @@ type ImageJob struct {
 	started time.Time
 	source  string
 	stop    *jobStop // what a cancel follows (cancel.go)
+	// workflow is the job's signature (ImageRun.Workflow), whose known
+	// peak may keep co_resident models loaded through it.
+	workflow string
 }
 
 // ErrNoEngine is returned for a job on an image engine the turnstile does
@@ -81,7 +84,7 @@ func (j *ImageJob) Engine() ImageEngine { return j.e }
 // ("refused"): the GPU is given back and the error says why.
 func (j *ImageJob) Prepare() error {
 	ctx, span := j.tr.start(j.g, "gpu_turnstile.unload")
-	err := j.g.emptyForExclusive(ctx, j.c, j.e)
+	err := j.g.emptyForExclusive(ctx, j.c, j.e, j.workflow)
 	if err == nil {
 		j.warmAfter = true
 		err = j.ready(ctx)

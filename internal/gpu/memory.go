@@ -28,6 +28,10 @@ type memState struct {
 	// resident are the models the LLM engines had loaded at the last
 	// listing, by model.
 	resident map[string]residentModel
+	// emptied counts the confirmed emptyings of LLM engines, which drop
+	// their models from resident at once: a listing begun before one is
+	// not applied.
+	emptied uint64
 
 	// inflight counts the admitted requests in flight, by model: an
 	// idle model of an engine that evicts is memory that engine can use.
@@ -128,6 +132,9 @@ func (g *GPU) onReading(ctx context.Context, r vram.Reading, err error) {
 		return
 	}
 	g.loadFootprints(ctx, c.Memory, r.UUID)
+	g.mu.Lock()
+	emptied := g.mem.emptied
+	g.mu.Unlock()
 	res, failed, sized := g.listResidents(ctx, c)
 	procs := g.engineMemory(ctx, c)
 	var save []byte
@@ -141,13 +148,15 @@ func (g *GPU) onReading(ctx context.Context, r vram.Reading, err error) {
 	m.reading = r
 	g.staleAtLocked(staleAfter*c.Memory.Poll + time.Millisecond)
 	m.observeJobLocked(r.Total, r.Free)
-	for model, rm := range m.resident {
-		if failed[rm.engine] {
-			res[model] = rm // not listed this time: what was known stays
+	if m.emptied == emptied { // else the next listing tells what is loaded
+		for model, rm := range m.resident {
+			if failed[rm.engine] {
+				res[model] = rm // not listed this time: what was known stays
+			}
 		}
+		changed = changed || !sameResidents(m.resident, res)
+		m.resident = res
 	}
-	changed = changed || !sameResidents(m.resident, res)
-	m.resident = res
 	learned, dropped := g.learnLocked(c.Memory, sized, procs, r.At)
 	if learned {
 		save = encodeFootprints(m.fps)
@@ -159,6 +168,22 @@ func (g *GPU) onReading(ctx context.Context, r vram.Reading, err error) {
 	if save != nil {
 		g.saveFootprints(ctx, c.Memory, r.UUID, save)
 	}
+}
+
+// forgetResidents drops an LLM engine's models from the listing once it
+// is confirmed emptied, but those kept (keep, nil for none): the next
+// listing may be a poll interval away, and a model unloaded for an image
+// job must not count as loaded beside it.
+func (g *GPU) forgetResidents(engine string, keep *keepPlan) {
+	g.update(func() {
+		m := &g.mem
+		m.emptied++
+		for model, r := range m.resident {
+			if r.engine == engine && (keep == nil || !keep.models[model]) {
+				delete(m.resident, model)
+			}
+		}
+	})
 }
 
 // staleAtLocked has the GPU signal a change in d, when the reading just

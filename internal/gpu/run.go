@@ -77,6 +77,7 @@ func (g *GPU) RunImage(ctx context.Context, run ImageRun) (string, error) {
 		return "", err
 	}
 	// From here on every path ends the job, which gives the GPU back.
+	j.workflow = run.Workflow
 	if err := j.Prepare(); err != nil {
 		return "refused", &RefusedError{Err: err}
 	}

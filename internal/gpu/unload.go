@@ -33,8 +33,16 @@ func (g *GPU) NoteLLMEnd(ctx context.Context, err error) {
 // freed; and the card must then have min_free_vram. A free that fails is
 // logged, as before LLM use, and stays owed. ctx is g.ctx or derived from
 // it, with the step's span.
-func (g *GPU) emptyForExclusive(ctx context.Context, c *Config, owner ImageEngine) error {
-	if err := g.emptyLLMs(ctx, c); err != nil {
+//
+// For an image job of a workflow whose peak is known, co_resident models
+// that leave room for that peak stay loaded (planKeep, keptFit): the
+// next request for one goes beside the job without loading it again.
+func (g *GPU) emptyForExclusive(ctx context.Context, c *Config, owner ImageEngine, workflow string) error {
+	var keep *keepPlan
+	if owner != nil {
+		keep = g.planKeep(c, workflow)
+	}
+	if err := g.emptyLLMs(ctx, c, keep); err != nil {
 		return err
 	}
 	for _, e := range g.owedEngines() {
@@ -42,19 +50,25 @@ func (g *GPU) emptyForExclusive(ctx context.Context, c *Config, owner ImageEngin
 			g.freeImage(ctx, c, e)
 		}
 	}
+	if keep != nil && !g.keptFit(ctx, c, keep) {
+		if err := g.emptyLLMs(ctx, c, nil); err != nil {
+			return err
+		}
+	}
 	return g.waitVRAM(c, c.UnloadTimeout, "exclusive use")
 }
 
 // emptyLLMs empties every LLM engine at once, within unload_timeout, and
-// returns the first failure.
-func (g *GPU) emptyLLMs(ctx context.Context, c *Config) error {
+// returns the first failure. keep, if not nil, is what stays loaded on
+// the engines that can keep it.
+func (g *GPU) emptyLLMs(ctx context.Context, c *Config, keep *keepPlan) error {
 	g.mu.Lock()
 	abnormal := g.abnormal
 	g.mu.Unlock()
 	errs := make([]error, len(c.LLMs))
 	var wg sync.WaitGroup
 	for i, e := range c.LLMs {
-		wg.Go(func() { errs[i] = g.emptyLLM(ctx, c, e, abnormal) })
+		wg.Go(func() { errs[i] = g.emptyLLM(ctx, c, e, abnormal, keep) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -68,9 +82,10 @@ func (g *GPU) emptyLLMs(ctx context.Context, c *Config) error {
 	return nil
 }
 
-// emptyLLM unloads every model of one LLM engine and confirms it.
-// abnormal is when LLM use last ended abnormally (zero if not).
-func (g *GPU) emptyLLM(ctx context.Context, c *Config, e LLMEngine, abnormal time.Time) error {
+// emptyLLM unloads every model of one LLM engine, but those keep keeps
+// on an engine that can, and confirms it. abnormal is when LLM use last
+// ended abnormally (zero if not).
+func (g *GPU) emptyLLM(ctx context.Context, c *Config, e LLMEngine, abnormal time.Time, keep *keepPlan) error {
 	ctx, cancel := context.WithTimeout(ctx, c.UnloadTimeout)
 	defer cancel()
 	start := time.Now()
@@ -78,7 +93,14 @@ func (g *GPU) emptyLLM(ctx context.Context, c *Config, e LLMEngine, abnormal tim
 	g.withRun(e, func(r *engineRun) {
 		prev, r.state = r.state, stateEmptying
 	})
-	names, contact, err := e.Empty(ctx, g.log(), abnormal)
+	var names []string
+	var contact, err error
+	if k, ok := e.(Keeper); ok && keep != nil {
+		names, contact, err = k.EmptyBut(ctx, g.log(), keep.keeps)
+	} else {
+		keep = nil
+		names, contact, err = e.Empty(ctx, g.log(), abnormal)
+	}
 	took := time.Since(start)
 	stepEvent(ctx, "emptied", e.Name(), took, err)
 	_, waker := e.(Waker)
@@ -104,6 +126,9 @@ func (g *GPU) emptyLLM(ctx context.Context, c *Config, e LLMEngine, abnormal tim
 			return err
 		}
 		return fmt.Errorf("%s %w: %v", e.Name(), ErrNotEmptied, err)
+	}
+	if c.Memory != nil {
+		g.forgetResidents(e.Name(), keep)
 	}
 	if len(names) > 0 {
 		g.metrics.Step("unload", e.Name(), took)

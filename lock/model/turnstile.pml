@@ -32,9 +32,13 @@
  *   -DBUG_PRESENCE_TURN     a presence hold waits for a shared turn that is due
  *   -DBESIDE                LLM requests may also ask to run beside an image
  *                           job (co_resident), admitted when the job's
- *                           workflow is measured (fits beside it)
+ *                           workflow is measured (fits beside it); an image
+ *                           job of a measured workflow may keep a loaded
+ *                           model beside it when the LLM engines are emptied
  *   -DBUG_BESIDE_STALE      that check is made before the lock's step, not in
  *                           it: it may judge a job that has ended
+ *   -DBUG_KEEP_UNMEASURED   a model is kept through any image job, its
+ *                           workflow measured or not
  */
 
 mtype = { idle, llm, image, hold };     /* lock.States, in order */
@@ -128,6 +132,11 @@ bool overtaken = false;
 /* Over-committed: a model runs beside a job whose peak was not known to
    leave room for it. */
 #define overCommitted  (besideLoaded && comfyRunning && !jobMeasured)
+#ifdef BUG_KEEP_UNMEASURED
+#define KEEP_OK        true
+#else
+#define KEEP_OK        jobMeasured
+#endif
 
 inline addShared() { shared++ }
 
@@ -463,19 +472,25 @@ end:
 			granted[id] = false;
 			atomic { inExcl++; assert(inExcl == 1 && shared == 0 && excl == kindOf[id]) };
 			jobRan = false;
+			if
+			:: kindOf[id] == image -> jobMeasured = true   /* its workflow's peak is known */
+			:: true                              /* a hold, or a workflow never measured: alone */
+			fi;
 			/* unloadOllama: confirmed empty, or the job is refused */
 			if
 			:: d_step { ollamaLoaded = false; besideLoaded = false }
+#ifdef BESIDE
+			/* planKeep, keptFit: a co_resident model stays loaded beside
+			   the job whose peak leaves room for it; the rest is unloaded */
+			:: kindOf[id] == image && KEEP_OK && (ollamaLoaded || besideLoaded) ->
+				d_step { ollamaLoaded = false; besideLoaded = true }
+#endif
 			:: true -> goto release                /* unload failed */
 			fi;
 			if
 			:: kindOf[id] == hold ->
 				comfyLoaded = false; Paid()        /* a hold frees ComfyUI on entry */
 			:: kindOf[id] == image ->
-				if
-				:: jobMeasured = true                /* its workflow's peak is known */
-				:: skip                              /* a workflow never measured runs alone */
-				fi;
 				if
 				:: true                              /* the prompt is refused (400): no job */
 				:: atomic { comfyRunning = true; comfyLoaded = true; jobRan = true };

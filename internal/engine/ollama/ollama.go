@@ -100,6 +100,18 @@ func (o *Engine) Empty(ctx context.Context, log *zap.Logger, abnormal time.Time)
 	return names, contact, err
 }
 
+// EmptyBut implements engine.Keeper: an /api/ps that lists only the kept
+// models is the confirmation. A refused connection counts as empty only
+// as confirmNotRunning says.
+func (o *Engine) EmptyBut(ctx context.Context, log *zap.Logger, keep func(model string) bool) ([]string, error, error) {
+	names, err := o.c.UnloadAllBut(ctx, o.poll, keep)
+	contact := err
+	if err != nil && jsonhttp.Refused(err) {
+		err = o.confirmNotRunning(ctx, log, err)
+	}
+	return names, contact, err
+}
+
 // confirmAfterAbort confirms that Ollama is empty after LLM use that ended
 // abnormally at since: it waits until abortSettle has passed, then until
 // /api/ps lists nothing and, for an Ollama on this host, no runner process
@@ -188,6 +200,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 var (
-	_ engine.LLM   = (*Engine)(nil)
-	_ engine.Sizer = (*Engine)(nil)
+	_ engine.LLM    = (*Engine)(nil)
+	_ engine.Sizer  = (*Engine)(nil)
+	_ engine.Keeper = (*Engine)(nil)
 )

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -40,6 +41,15 @@ type RunningModel struct {
 	Size      int64     `json:"size"`
 	SizeVRAM  int64     `json:"size_vram"`
 	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// displayName is the model's name as /api/ps gives it (its model field
+// where the name is missing).
+func (m RunningModel) displayName() string {
+	if m.Name == "" {
+		return m.Model
+	}
+	return m.Name
 }
 
 // PS lists the models Ollama has loaded.
@@ -86,6 +96,13 @@ func (c *Client) Warm(ctx context.Context, model, keepAlive string) error {
 // An empty list proves nothing about a load in flight: a loading model is
 // not listed. See LocalRunners.
 func (c *Client) UnloadAll(ctx context.Context, maxInterval time.Duration) ([]string, error) {
+	return c.UnloadAllBut(ctx, maxInterval, nil)
+}
+
+// UnloadAllBut is UnloadAll, but leaves loaded the models keep reports
+// true for (by name; nil keeps none): it ends once /api/ps lists only
+// those.
+func (c *Client) UnloadAllBut(ctx context.Context, maxInterval time.Duration, keep func(name string) bool) ([]string, error) {
 	asked := map[string]bool{}
 	var names []string
 	var models []RunningModel
@@ -105,16 +122,13 @@ func (c *Client) UnloadAll(ctx context.Context, maxInterval time.Duration) ([]st
 		case err != nil:
 			return names, fmt.Errorf("list loaded models: %w", err)
 		}
-		models = listed
+		models = slices.DeleteFunc(listed, func(m RunningModel) bool { return keep != nil && keep(m.displayName()) })
 		if len(models) == 0 {
 			return names, nil
 		}
 		now := time.Now()
 		for _, m := range models {
-			name := m.Name
-			if name == "" {
-				name = m.Model
-			}
+			name := m.displayName()
 			// A model with a pending unload is listed as expiring at the
 			// unload's time. One still expiring in the future was not
 			// unloaded: it was loading when asked (Ollama ignores the

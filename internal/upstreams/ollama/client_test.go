@@ -70,6 +70,34 @@ func TestWarmThenUnloadAll(t *testing.T) {
 	}
 }
 
+// UnloadAllBut unloads the models it is not told to keep, and leaves the
+// kept one loaded.
+func TestUnloadAllButKeepsWhatItIsTold(t *testing.T) {
+	gpu := gputest.New()
+	srv := ollamatest.NewServer(gpu, ollamatest.Options{})
+	defer srv.Close()
+	c, err := ollama.NewClient(srv.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, m := range []string{"llama3.2", "qwen3:8b"} {
+		if err := c.Warm(ctx, m, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names, err := c.UnloadAllBut(ctx, 100*time.Millisecond, func(name string) bool { return name == "qwen3:8b" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) != 1 || names[0] != "llama3.2:latest" {
+		t.Fatalf("unloaded %v, want llama3.2:latest alone", names)
+	}
+	if got := srv.Loaded(); len(got) != 1 || got[0] != "qwen3:8b" {
+		t.Fatalf("loaded after UnloadAllBut: %v, want qwen3:8b", got)
+	}
+}
+
 func TestUnloadAllTimesOutNamingTheModel(t *testing.T) {
 	gpu := gputest.New()
 	srv := ollamatest.NewServer(gpu, ollamatest.Options{})
