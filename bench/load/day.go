@@ -187,10 +187,14 @@ func (d *day) image(e dayEvent) {
 		d.st.switches++
 		d.owner = "image"
 	}
-	if d.ollamaLoaded || d.coLoaded {
+	// The co_resident model loaded beside an earlier render stays through
+	// a job whose measured peak leaves room for it.
+	fits := d.measured[e.workflow] && coModelGiB+workflowPeakGiB <= cardGiB
+	keep := d.coResident && d.coLoaded && fits
+	if d.ollamaLoaded || (d.coLoaded && !keep) {
 		d.spend(costOllamaUnld)
-		d.ollamaLoaded, d.coLoaded = false, false
 	}
+	d.ollamaLoaded, d.coLoaded = false, keep
 	sent := d.now
 	freed := !d.comfyLoaded // a peak is learned only from a freed engine
 	if !d.comfyLoaded {
@@ -199,7 +203,7 @@ func (d *day) image(e dayEvent) {
 		d.comfyLoaded = true
 	}
 	end := d.now + e.dur
-	if d.coResident && d.measured[e.workflow] && coModelGiB+workflowPeakGiB <= cardGiB {
+	if d.coResident && fits {
 		d.serveBeside(sent, end)
 	} else if d.coResident && freed {
 		d.measured[e.workflow] = true // it ran alone from a freed engine
