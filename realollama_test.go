@@ -839,9 +839,9 @@ func realUnloadAllBut(t *testing.T, e *realEnv) {
 	}
 	uctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	names, err := c.UnloadAllBut(uctx, 100*time.Millisecond, func(name string) bool { return name == "tiny:latest" })
-	if err != nil || !slices.Equal(names, []string{"big:latest"}) {
-		t.Fatalf("unloaded %v, %v; want big:latest", names, err)
+	names, kept, err := c.UnloadAllBut(uctx, 100*time.Millisecond, func(name string) bool { return name == "tiny:latest" })
+	if err != nil || !slices.Equal(names, []string{"big:latest"}) || !slices.Equal(kept, []string{"tiny:latest"}) {
+		t.Fatalf("unloaded %v, kept %v, %v; want big:latest unloaded, tiny:latest kept", names, kept, err)
 	}
 	ps, err := c.PS(ctx)
 	if err != nil || len(ps) != 1 || ps[0].Name != "tiny:latest" {

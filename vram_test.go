@@ -3,6 +3,7 @@ package turnstile
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -192,14 +193,31 @@ func TestCoResidentDuringARender(t *testing.T) {
 	})
 	h.waitIdle()
 
-	// The second render of the same workflow: llama3.2 (4 GiB) fits beside
-	// its 10 GiB and is served during it; qwen3:8b (16 GiB) does not, even
-	// with llama3.2 idle (Ollama would evict it): 24 - 10 = 14 GiB.
+	// The second render of the same workflow: llama3.2 (4 GiB), loaded
+	// by the chat, stays loaded through it (20 GiB free beside it, 10
+	// needed) and is served during it with nothing to load; qwen3:8b
+	// (16 GiB) does not fit: 24 - 4 - 10 = 10 GiB.
+	loads := func() int {
+		n := 0
+		for _, e := range h.gpu.Events() {
+			if e.Service == "ollama" && strings.HasPrefix(e.What, "load llama3.2") {
+				n++
+			}
+		}
+		return n
+	}
+	before := loads()
 	promptID(t, h.post(ctx, h.image+"/prompt", sdxlPrompt(3000)))
 	h.waitStatus("the second render running, measured", func(st Status) bool { return rendering(st) && st.VRAM.Job.PeakBytes == 10*gib })
+	if !slices.Contains(h.ollama.Loaded(), "llama3.2:latest") {
+		t.Fatalf("llama3.2 unloaded for a render it fits beside: loaded %v", h.ollama.Loaded())
+	}
 	large := h.postAsync(ctx, h.llm+"/api/chat", chatBody("qwen3:8b", false))
 	if r := h.post(ctx, h.llm+"/api/chat", chatBody("llama3.2", false)); r.status != 200 {
 		t.Fatalf("co-resident chat during the render: %d %s", r.status, r.body)
+	}
+	if n := loads() - before; n != 0 {
+		t.Errorf("llama3.2 loaded %d times for the chat beside the render, want 0: it was kept", n)
 	}
 	if st := h.status(); st.State != "image" {
 		t.Fatalf("the co-resident chat was served after the render, not during it: %+v", st)

@@ -53,8 +53,8 @@ type LLM interface {
 type Keeper interface {
 	// EmptyBut is Empty after normal LLM use, but leaves loaded the
 	// models keep reports true for; what else it holds is unloaded and
-	// confirmed gone.
-	EmptyBut(ctx context.Context, log *zap.Logger, keep func(model string) bool) (unloaded []string, contact, err error)
+	// confirmed gone. kept are the models it left loaded.
+	EmptyBut(ctx context.Context, log *zap.Logger, keep func(model string) bool) (unloaded, kept []string, contact, err error)
 }
 
 // Waker is an LLM engine that stays empty once emptied (vLLM asleep queues

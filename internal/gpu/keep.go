@@ -3,31 +3,40 @@ package gpu
 import (
 	"context"
 	"slices"
-	"time"
+	"sync"
 
 	"go.uber.org/zap"
 
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/vram"
 )
 
-// keepPlan is the co_resident models that may stay loaded through the
-// next image job, rather than be unloaded before it and loaded again for
-// the next request beside it.
+// keepPlan is what may stay loaded through the next image job, rather
+// than be unloaded before it and loaded again for the next request beside
+// it: the co_resident models, on the engines that can keep some models
+// and unload the rest (engine.Keeper).
 type keepPlan struct {
-	models map[string]bool // by modelKey
-	peak   int64           // the job's workflow's peak
+	mem  *MemoryConfig
+	peak int64 // the job's workflow's peak
+
+	mu   sync.Mutex
+	kept []string // what the engines kept, as they name it
 }
 
 // keeps reports whether the plan keeps model (as an engine names it).
-func (p *keepPlan) keeps(model string) bool { return p.models[modelKey(model)] }
+func (p *keepPlan) keeps(model string) bool { return coResident(p.mem, modelKey(model)) }
 
-// planKeep lists the co_resident models loaded now, on an engine that can
-// be emptied of the rest (engine.Keeper), that may stay through a job of
-// workflow: its peak is known, LLM use last ended normally (after an
-// abort the engine's listing is no proof), and the reading is fresh. Nil
-// when nothing may stay: every model is unloaded, as without
-// co_resident. Whether they fit is confirmed once the rest is emptied
+// record notes the models an engine kept.
+func (p *keepPlan) record(models []string) {
+	p.mu.Lock()
+	p.kept = append(p.kept, models...)
+	p.mu.Unlock()
+}
+
+// planKeep plans to keep the co_resident models through a job of
+// workflow when its peak is known and LLM use last ended normally (after
+// an abort, and before the first emptying since Caddy started, the
+// engine's listing is no proof). Nil otherwise: every model is unloaded.
+// Whether what is kept fits is confirmed once the rest is emptied
 // (keptFit).
 func (g *GPU) planKeep(c *Config, workflow string) *keepPlan {
 	if c.Memory == nil || len(c.Memory.CoResident) == 0 || workflow == "" {
@@ -35,38 +44,27 @@ func (g *GPU) planKeep(c *Config, workflow string) *keepPlan {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	m := &g.mem
-	fp, known := m.footprintOf(c.Memory, workflow)
-	if !known || fp.Alone || fp.Bytes <= 0 || !g.abnormal.IsZero() || m.stale(c.Memory, time.Now()) {
+	fp, known := g.mem.footprintOf(c.Memory, workflow)
+	if !known || fp.Alone || fp.Bytes <= 0 || !g.abnormal.IsZero() {
 		return nil
 	}
-	p := &keepPlan{models: map[string]bool{}, peak: fp.Bytes}
-	for model, r := range m.resident {
-		if coResident(c.Memory, model) && slices.ContainsFunc(c.LLMs, func(e LLMEngine) bool {
-			_, ok := e.(engine.Keeper)
-			return ok && e.Name() == r.engine
-		}) {
-			p.models[model] = true
-		}
-	}
-	if len(p.models) == 0 {
-		return nil
-	}
-	return p
+	return &keepPlan{mem: c.Memory, peak: fp.Bytes}
 }
 
 // keptFit reads the card, once the rest is emptied, and reports whether
-// the kept models leave the job's peak free beside them (and
-// min_free_vram): what a model admitted beside the job must leave too.
+// the models kept leave the job's peak free beside them, less
+// vram_reserve (and min_free_vram): what a model admitted beside the job
+// must leave too. It is true when nothing was kept.
 func (g *GPU) keptFit(ctx context.Context, c *Config, p *keepPlan) bool {
+	p.mu.Lock()
+	models := slices.Sorted(slices.Values(p.kept))
+	p.mu.Unlock()
+	if len(models) == 0 {
+		return true
+	}
 	rctx, cancel := context.WithTimeout(ctx, c.ProbeTimeout)
 	defer cancel()
 	r, err := vram.Read(rctx, c.Memory.SMIPath, c.Memory.Index)
-	models := make([]string, 0, len(p.models))
-	for m := range p.models {
-		models = append(models, m)
-	}
-	slices.Sort(models)
 	fields := []zap.Field{zap.Strings("models", models), zap.Int64("peak_mib", p.peak>>20)}
 	switch {
 	case err != nil:

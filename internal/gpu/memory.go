@@ -3,6 +3,7 @@ package gpu
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -171,15 +172,15 @@ func (g *GPU) onReading(ctx context.Context, r vram.Reading, err error) {
 }
 
 // forgetResidents drops an LLM engine's models from the listing once it
-// is confirmed emptied, but those kept (keep, nil for none): the next
+// is confirmed emptied, but those it kept (as it names them): the next
 // listing may be a poll interval away, and a model unloaded for an image
 // job must not count as loaded beside it.
-func (g *GPU) forgetResidents(engine string, keep *keepPlan) {
+func (g *GPU) forgetResidents(engine string, kept []string) {
 	g.update(func() {
 		m := &g.mem
 		m.emptied++
 		for model, r := range m.resident {
-			if r.engine == engine && (keep == nil || !keep.models[model]) {
+			if r.engine == engine && !slices.ContainsFunc(kept, func(k string) bool { return modelKey(k) == model }) {
 				delete(m.resident, model)
 			}
 		}

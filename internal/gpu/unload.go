@@ -93,12 +93,12 @@ func (g *GPU) emptyLLM(ctx context.Context, c *Config, e LLMEngine, abnormal tim
 	g.withRun(e, func(r *engineRun) {
 		prev, r.state = r.state, stateEmptying
 	})
-	var names []string
+	var names, kept []string
 	var contact, err error
 	if k, ok := e.(Keeper); ok && keep != nil {
-		names, contact, err = k.EmptyBut(ctx, g.log(), keep.keeps)
+		names, kept, contact, err = k.EmptyBut(ctx, g.log(), keep.keeps)
+		keep.record(kept)
 	} else {
-		keep = nil
 		names, contact, err = e.Empty(ctx, g.log(), abnormal)
 	}
 	took := time.Since(start)
@@ -128,7 +128,7 @@ func (g *GPU) emptyLLM(ctx context.Context, c *Config, e LLMEngine, abnormal tim
 		return fmt.Errorf("%s %w: %v", e.Name(), ErrNotEmptied, err)
 	}
 	if c.Memory != nil {
-		g.forgetResidents(e.Name(), keep)
+		g.forgetResidents(e.Name(), kept)
 	}
 	if len(names) > 0 {
 		g.metrics.Step("unload", e.Name(), took)

@@ -103,13 +103,13 @@ func (o *Engine) Empty(ctx context.Context, log *zap.Logger, abnormal time.Time)
 // EmptyBut implements engine.Keeper: an /api/ps that lists only the kept
 // models is the confirmation. A refused connection counts as empty only
 // as confirmNotRunning says.
-func (o *Engine) EmptyBut(ctx context.Context, log *zap.Logger, keep func(model string) bool) ([]string, error, error) {
-	names, err := o.c.UnloadAllBut(ctx, o.poll, keep)
-	contact := err
+func (o *Engine) EmptyBut(ctx context.Context, log *zap.Logger, keep func(model string) bool) (unloaded, kept []string, contact, err error) {
+	unloaded, kept, err = o.c.UnloadAllBut(ctx, o.poll, keep)
+	contact = err
 	if err != nil && jsonhttp.Refused(err) {
 		err = o.confirmNotRunning(ctx, log, err)
 	}
-	return names, contact, err
+	return unloaded, kept, contact, err
 }
 
 // confirmAfterAbort confirms that Ollama is empty after LLM use that ended

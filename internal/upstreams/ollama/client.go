@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -96,15 +95,15 @@ func (c *Client) Warm(ctx context.Context, model, keepAlive string) error {
 // An empty list proves nothing about a load in flight: a loading model is
 // not listed. See LocalRunners.
 func (c *Client) UnloadAll(ctx context.Context, maxInterval time.Duration) ([]string, error) {
-	return c.UnloadAllBut(ctx, maxInterval, nil)
+	names, _, err := c.UnloadAllBut(ctx, maxInterval, nil)
+	return names, err
 }
 
 // UnloadAllBut is UnloadAll, but leaves loaded the models keep reports
 // true for (by name; nil keeps none): it ends once /api/ps lists only
-// those.
-func (c *Client) UnloadAllBut(ctx context.Context, maxInterval time.Duration, keep func(name string) bool) ([]string, error) {
+// those, and returns them as kept.
+func (c *Client) UnloadAllBut(ctx context.Context, maxInterval time.Duration, keep func(name string) bool) (names, kept []string, err error) {
 	asked := map[string]bool{}
-	var names []string
 	var models []RunningModel
 	stillListed := func(err error) error {
 		left := make([]string, 0, len(models))
@@ -118,13 +117,20 @@ func (c *Client) UnloadAllBut(ctx context.Context, maxInterval time.Duration, ke
 		listed, err := c.PS(ctx)
 		switch {
 		case err != nil && ctx.Err() != nil && len(models) > 0:
-			return names, stillListed(ctx.Err()) // the deadline passed while polling
+			return names, nil, stillListed(ctx.Err()) // the deadline passed while polling
 		case err != nil:
-			return names, fmt.Errorf("list loaded models: %w", err)
+			return names, nil, fmt.Errorf("list loaded models: %w", err)
 		}
-		models = slices.DeleteFunc(listed, func(m RunningModel) bool { return keep != nil && keep(m.displayName()) })
+		kept, models = kept[:0], listed[:0]
+		for _, m := range listed {
+			if keep != nil && keep(m.displayName()) {
+				kept = append(kept, m.displayName())
+			} else {
+				models = append(models, m)
+			}
+		}
 		if len(models) == 0 {
-			return names, nil
+			return names, kept, nil
 		}
 		now := time.Now()
 		for _, m := range models {
@@ -142,11 +148,11 @@ func (c *Client) UnloadAllBut(ctx context.Context, maxInterval time.Duration, ke
 				names = append(names, name)
 			}
 			if err := c.Unload(ctx, name); err != nil {
-				return names, fmt.Errorf("unload %s: %w", name, err)
+				return names, nil, fmt.Errorf("unload %s: %w", name, err)
 			}
 		}
 		if err := pace.Wait(ctx); err != nil {
-			return names, stillListed(err)
+			return names, nil, stillListed(err)
 		}
 	}
 }

@@ -86,12 +86,12 @@ func TestUnloadAllButKeepsWhatItIsTold(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	names, err := c.UnloadAllBut(ctx, 100*time.Millisecond, func(name string) bool { return name == "qwen3:8b" })
+	names, kept, err := c.UnloadAllBut(ctx, 100*time.Millisecond, func(name string) bool { return name == "qwen3:8b" })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(names) != 1 || names[0] != "llama3.2:latest" {
-		t.Fatalf("unloaded %v, want llama3.2:latest alone", names)
+	if len(names) != 1 || names[0] != "llama3.2:latest" || len(kept) != 1 || kept[0] != "qwen3:8b" {
+		t.Fatalf("unloaded %v, kept %v; want llama3.2:latest unloaded, qwen3:8b kept", names, kept)
 	}
 	if got := srv.Loaded(); len(got) != 1 || got[0] != "qwen3:8b" {
 		t.Fatalf("loaded after UnloadAllBut: %v, want qwen3:8b", got)
