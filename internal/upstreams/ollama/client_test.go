@@ -37,20 +37,28 @@ func TestNewClientRejectsBadURLs(t *testing.T) {
 	}
 }
 
-func TestWarmThenUnloadAll(t *testing.T) {
+// withTwoModels is a fake Ollama with llama3.2 and qwen3:8b loaded, and a
+// client of it.
+func withTwoModels(t *testing.T) (*gputest.GPU, *ollamatest.Server, *ollama.Client) {
+	t.Helper()
 	gpu := gputest.New()
 	srv := ollamatest.NewServer(gpu, ollamatest.Options{})
-	defer srv.Close()
+	t.Cleanup(srv.Close)
 	c, err := ollama.NewClient(srv.URL, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
 	for _, m := range []string{"llama3.2", "qwen3:8b"} {
-		if err := c.Warm(ctx, m, ""); err != nil {
+		if err := c.Warm(context.Background(), m, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return gpu, srv, c
+}
+
+func TestWarmThenUnloadAll(t *testing.T) {
+	gpu, srv, c := withTwoModels(t)
+	ctx := context.Background()
 	ps, err := c.PS(ctx)
 	if err != nil || len(ps) != 2 {
 		t.Fatalf("ps %v, %v; want 2 models", ps, err)
@@ -73,20 +81,8 @@ func TestWarmThenUnloadAll(t *testing.T) {
 // UnloadAllBut unloads the models it is not told to keep, and leaves the
 // kept one loaded.
 func TestUnloadAllButKeepsWhatItIsTold(t *testing.T) {
-	gpu := gputest.New()
-	srv := ollamatest.NewServer(gpu, ollamatest.Options{})
-	defer srv.Close()
-	c, err := ollama.NewClient(srv.URL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	for _, m := range []string{"llama3.2", "qwen3:8b"} {
-		if err := c.Warm(ctx, m, ""); err != nil {
-			t.Fatal(err)
-		}
-	}
-	names, kept, err := c.UnloadAllBut(ctx, 100*time.Millisecond, func(name string) bool { return name == "qwen3:8b" })
+	_, srv, c := withTwoModels(t)
+	names, kept, err := c.UnloadAllBut(context.Background(), 100*time.Millisecond, func(name string) bool { return name == "qwen3:8b" })
 	if err != nil {
 		t.Fatal(err)
 	}
