@@ -163,11 +163,12 @@ func TestComfyRestartMidJobReleases(t *testing.T) {
 }
 
 func TestLostWebsocketFallsBackToPolling(t *testing.T) {
-	h := newHarness(t, harnessOptions{settings: "backoff 1h 1h", comfy: comfyOpts(100 * time.Millisecond)})
+	h := newHarness(t, harnessOptions{settings: "backoff 50ms 200ms", comfy: comfyOpts(100 * time.Millisecond)})
 	// Up on both sides: the client sees the upgrade before the fake has
 	// registered the socket that DropSockets closes.
 	h.waitStatus("websocket up", func(st Status) bool { return *st.Upstreams["comfy"].Websocket && h.comfy.Sockets() > 0 })
-	h.comfy.DropSockets() // and with a 1 h backoff it stays down
+	h.comfy.RefuseSockets(true) // it stays down, however often the watch retries
+	h.comfy.DropSockets()
 	h.waitStatus("websocket down", func(st Status) bool { return !*st.Upstreams["comfy"].Websocket })
 	promptID(t, h.post(context.Background(), h.image+"/prompt", promptBody(100)))
 	h.waitIdle()

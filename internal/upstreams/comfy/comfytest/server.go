@@ -79,6 +79,7 @@ type Server struct {
 	epoch    int           // bumped by Restart, to abandon running work
 
 	freeStuck atomic.Bool // /free is accepted but the worker never acts on it
+	noSockets atomic.Bool // /ws refuses upgrades (RefuseSockets)
 	prompts   atomic.Int64
 	frees     atomic.Int64
 	interrupt atomic.Pointer[job]
@@ -199,6 +200,11 @@ func (s *Server) Sockets() int {
 	defer s.mu.Unlock()
 	return len(s.sockets)
 }
+
+// RefuseSockets makes /ws answer 503 instead of upgrading, as a proxy in
+// front of ComfyUI that does not pass websockets would: a watch then
+// stays down however often it retries.
+func (s *Server) RefuseSockets(refuse bool) { s.noSockets.Store(refuse) }
 
 // SetFreeStuck makes /free be accepted but never carried out, as when a
 // custom node pins its models.

@@ -48,6 +48,10 @@ func (s *Server) sendTo(clientID, typ string, data any) {
 }
 
 func (s *Server) ws(w http.ResponseWriter, r *http.Request) {
+	if s.noSockets.Load() {
+		http.Error(w, "websocket refused", http.StatusServiceUnavailable)
+		return
+	}
 	conn, err := websocket.Accept(w, r, nil)
 	if err != nil {
 		return
