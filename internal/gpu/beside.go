@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/vram"
 )
 
 // jobMemory is what memory-aware admission knows of the image job that
@@ -28,32 +30,58 @@ type jobMemory struct {
 	// to take: the card's growth beyond it is the job's.
 	beside int64
 	// learn is set when the job's peak may be learned from it: it began
-	// with the image engine freed (no previous job's models cached) and
-	// nothing ran beside it.
+	// with the image engine freed (no previous job's models cached),
+	// nothing was kept loaded beside it (a kept model may unload during
+	// the job) and nothing ran beside it.
 	learn bool
 }
 
 // jobBegins records the job as it is sent: its workflow, and what the
 // card holds before it. debt says whether the image engine may still hold
-// a previous job's models, which a peak measured now would leave out.
+// a previous job's models, which a peak measured now would leave out. A
+// job that kept co_resident models runs with the peak they were kept for.
 func (g *GPU) jobBegins(j *ImageJob, workflow string, debt bool) {
 	c := g.cfg()
 	if c == nil || c.Memory == nil {
 		return
 	}
-	now := time.Now()
+	base, readBase := g.baseReading(c, workflow, j.prepared)
 	g.update(func() {
 		m := &g.mem
-		jm := &jobMemory{job: j, engine: j.e.Name(), workflow: workflow, learn: workflow != "" && !debt}
+		jm := &jobMemory{job: j, engine: j.e.Name(), workflow: workflow, learn: workflow != "" && !debt && j.kept == nil}
 		if fp, ok := m.footprintOf(c.Memory, workflow); ok && workflow != "" && !fp.Alone {
 			jm.peak = fp.Bytes
 		}
-		if !m.stale(c.Memory, now) {
-			jm.base = m.reading.Total - m.reading.Free
-			jm.top, jm.readBase = jm.base, true
+		if j.kept != nil {
+			jm.peak = j.kept.peak
 		}
+		jm.base, jm.top, jm.readBase = base, base, readBase
 		m.job = jm
 	})
+}
+
+// baseReading is what the card holds as a job of workflow is sent: the
+// last reading if it was taken after the GPU was readied for the job
+// (since), else one read now, as one taken before may still show the
+// models just unloaded, which would hide that much of the job's peak. Not
+// ok without a workflow (nothing is learned or admitted beside it) or
+// without a reading: the first reading during the job gives it then.
+func (g *GPU) baseReading(c *Config, workflow string, since time.Time) (int64, bool) {
+	if workflow == "" {
+		return 0, false
+	}
+	g.mu.Lock()
+	r := g.mem.reading
+	g.mu.Unlock()
+	if !r.At.After(since) {
+		ctx, cancel := context.WithTimeout(g.ctx, c.ProbeTimeout)
+		defer cancel()
+		var err error
+		if r, err = vram.Read(ctx, c.Memory.SMIPath, c.Memory.Index); err != nil {
+			return 0, false
+		}
+	}
+	return r.Total - r.Free, true
 }
 
 // jobEnds learns the ended job's peak, if it ran alone and began freed,

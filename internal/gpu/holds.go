@@ -173,7 +173,7 @@ func (g *GPU) grantHold(ctx context.Context, owner string, ttl time.Duration, st
 // the hold.
 func (g *GPU) prepareHold(ctx context.Context, u *use) error {
 	sctx, span := u.tr.start(g, "gpu_turnstile.unload")
-	err := g.emptyForExclusive(sctx, u.c, nil, "")
+	_, err := g.emptyForExclusive(sctx, u.c, nil, "")
 	EndSpan(span, err)
 	if err != nil {
 		return err

@@ -38,8 +38,11 @@ type ImageJob struct {
 	source  string
 	stop    *jobStop // what a cancel follows (cancel.go)
 	// workflow is the job's signature (ImageRun.Workflow), whose known
-	// peak may keep co_resident models loaded through it.
+	// peak may keep co_resident models loaded through it; kept is what
+	// Prepare kept (nil: nothing), and prepared when it ended.
 	workflow string
+	kept     *keepPlan
+	prepared time.Time
 }
 
 // ErrNoEngine is returned for a job on an image engine the turnstile does
@@ -84,11 +87,12 @@ func (j *ImageJob) Engine() ImageEngine { return j.e }
 // ("refused"): the GPU is given back and the error says why.
 func (j *ImageJob) Prepare() error {
 	ctx, span := j.tr.start(j.g, "gpu_turnstile.unload")
-	err := j.g.emptyForExclusive(ctx, j.c, j.e, j.workflow)
+	kept, err := j.g.emptyForExclusive(ctx, j.c, j.e, j.workflow)
 	if err == nil {
-		j.warmAfter = true
+		j.warmAfter, j.kept = true, kept
 		err = j.ready(ctx)
 	}
+	j.prepared = time.Now()
 	EndSpan(span, err)
 	if err != nil {
 		j.finish("", "refused")

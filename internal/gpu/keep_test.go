@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy/comfytest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/vram"
 )
 
 // A co_resident model loaded when an image job comes stays loaded through
@@ -74,5 +75,33 @@ func TestCoResidentKeptThroughTheNextJob(t *testing.T) {
 	}
 	if loads != 2 {
 		t.Errorf("small loaded %d times, want 2: before the first job and after the second, none beside the first", loads)
+	}
+}
+
+// What the card held as a job was sent is a reading taken after the GPU
+// was readied for it: one taken before may still show the models just
+// unloaded, which would hide that much of the job's peak.
+func TestBaseReadAfterTheGPUWasReadied(t *testing.T) {
+	t.Parallel()
+	// The card: 24 GiB, nothing on it; read once at the start, then not
+	// for an hour, so that the readings here are the test's.
+	f := memFixture(t, nil, func(m *MemoryConfig) { m.Poll = time.Hour })
+	c := f.g.cfg()
+	readied := time.Now()
+	for _, tc := range []struct {
+		at   time.Time
+		want int64
+	}{
+		{readied.Add(-time.Millisecond), 0},      // read again: nothing on the card
+		{readied.Add(time.Millisecond), 4 * gib}, // taken since: as it says
+	} {
+		f.g.update(func() { f.g.mem.reading = vram.Reading{Total: 24 * gib, Free: 20 * gib, At: tc.at} })
+		if base, ok := f.g.baseReading(c, "comfyui:wf", readied); !ok || base != tc.want {
+			t.Errorf("reading taken %v after the GPU was readied: base %d MiB (%v), want %d MiB",
+				tc.at.Sub(readied), base>>20, ok, tc.want>>20)
+		}
+	}
+	if _, ok := f.g.baseReading(c, "", readied); ok {
+		t.Error("a job without a workflow read the card")
 	}
 }

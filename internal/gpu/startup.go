@@ -392,7 +392,7 @@ func (g *GPU) drainDirect(u *use, e ImageEngine) {
 	c := u.c
 	u.owesFree, u.warmAfter = true, true
 	g.owe(e)
-	if err := g.emptyForExclusive(g.ctx, c, e, ""); err != nil {
+	if _, err := g.emptyForExclusive(g.ctx, c, e, ""); err != nil {
 		g.log().Error("GPU not emptied while "+e.Name()+" runs work started on it directly", zap.Error(err))
 	}
 	g.setPhase("draining queue")

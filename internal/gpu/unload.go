@@ -37,13 +37,15 @@ func (g *GPU) NoteLLMEnd(ctx context.Context, err error) {
 // For an image job of a workflow whose peak is known, co_resident models
 // that leave room for that peak stay loaded (planKeep, keptFit): the
 // next request for one goes beside the job without loading it again.
-func (g *GPU) emptyForExclusive(ctx context.Context, c *Config, owner ImageEngine, workflow string) error {
+//
+// It returns the plan of what was kept, nil if nothing was.
+func (g *GPU) emptyForExclusive(ctx context.Context, c *Config, owner ImageEngine, workflow string) (*keepPlan, error) {
 	var keep *keepPlan
 	if owner != nil {
 		keep = g.planKeep(c, workflow)
 	}
 	if err := g.emptyLLMs(ctx, c, keep); err != nil {
-		return err
+		return nil, err
 	}
 	for _, e := range g.owedEngines() {
 		if e, ok := e.(ImageEngine); ok && (owner == nil || e.Name() != owner.Name()) {
@@ -51,11 +53,15 @@ func (g *GPU) emptyForExclusive(ctx context.Context, c *Config, owner ImageEngin
 		}
 	}
 	if keep != nil && !g.keptFit(ctx, c, keep) {
+		keep = nil
 		if err := g.emptyLLMs(ctx, c, nil); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return g.waitVRAM(c, c.UnloadTimeout, "exclusive use")
+	if keep != nil && len(keep.kept) == 0 {
+		keep = nil
+	}
+	return keep, g.waitVRAM(c, c.UnloadTimeout, "exclusive use")
 }
 
 // emptyLLMs empties every LLM engine at once, within unload_timeout, and
@@ -95,7 +101,7 @@ func (g *GPU) emptyLLM(ctx context.Context, c *Config, e LLMEngine, abnormal tim
 	})
 	var names, kept []string
 	var contact, err error
-	if k, ok := e.(Keeper); ok && keep != nil {
+	if k, ok := e.(Keeper); ok && keep != nil && abnormal.IsZero() {
 		names, kept, contact, err = k.EmptyBut(ctx, g.log(), keep.keeps)
 		keep.record(kept)
 	} else {

@@ -108,7 +108,7 @@ func (c *Client) UnloadAllBut(ctx context.Context, maxInterval time.Duration, ke
 	stillListed := func(err error) error {
 		left := make([]string, 0, len(models))
 		for _, m := range models {
-			left = append(left, m.Name)
+			left = append(left, m.displayName())
 		}
 		return fmt.Errorf("ollama still lists %s: %w", strings.Join(left, ", "), err)
 	}
@@ -121,9 +121,13 @@ func (c *Client) UnloadAllBut(ctx context.Context, maxInterval time.Duration, ke
 		case err != nil:
 			return names, nil, fmt.Errorf("list loaded models: %w", err)
 		}
+		// A model to keep whose unload is pending (early_unload, or its
+		// keep_alive running out) is not kept: it is waited out as one
+		// asked to unload.
+		now := time.Now()
 		kept, models = kept[:0], listed[:0]
 		for _, m := range listed {
-			if keep != nil && keep(m.displayName()) {
+			if keep != nil && keep(m.displayName()) && m.ExpiresAt.After(now) {
 				kept = append(kept, m.displayName())
 			} else {
 				models = append(models, m)
@@ -132,7 +136,6 @@ func (c *Client) UnloadAllBut(ctx context.Context, maxInterval time.Duration, ke
 		if len(models) == 0 {
 			return names, kept, nil
 		}
-		now := time.Now()
 		for _, m := range models {
 			name := m.displayName()
 			// A model with a pending unload is listed as expiring at the

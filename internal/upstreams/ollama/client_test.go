@@ -94,6 +94,26 @@ func TestUnloadAllButKeepsWhatItIsTold(t *testing.T) {
 	}
 }
 
+// A model to keep whose unload is already pending (early_unload asked for
+// it while the requests drained) is not kept: it is unloaded with the
+// rest.
+func TestUnloadAllButDoesNotKeepAModelBeingUnloaded(t *testing.T) {
+	_, srv, c := withTwoModels(t)
+	ctx := context.Background()
+	srv.SetUnloadStuck(true)
+	if err := c.Unload(ctx, "qwen3:8b"); err != nil {
+		t.Fatal(err)
+	}
+	srv.SetUnloadStuck(false)
+	names, kept, err := c.UnloadAllBut(ctx, 20*time.Millisecond, func(name string) bool { return name == "qwen3:8b" })
+	if err != nil || len(kept) != 0 || len(names) != 2 {
+		t.Fatalf("unloaded %v, kept %v, %v; want both unloaded, none kept", names, kept, err)
+	}
+	if got := srv.Loaded(); len(got) != 0 {
+		t.Fatalf("still loaded: %v", got)
+	}
+}
+
 func TestUnloadAllTimesOutNamingTheModel(t *testing.T) {
 	gpu := gputest.New()
 	srv := ollamatest.NewServer(gpu, ollamatest.Options{})
