@@ -162,10 +162,7 @@ service_recipe() {
 		if [[ "$line" == "sc.exe start "* ]]; then
 			eval "\"\$WINE\" $line" >"$scratch/start.log" 2>&1 &
 		else
-			eval "\"\$WINE\" $line" >"$scratch/sc.log" 2>&1 || {
-				cat "$scratch/sc.log"
-				fail "$README: $line: failed"
-			}
+			sc_line "$line"
 		fi
 	done < <(powershell_lines '^sc\.exe ')
 	[ "$n" -eq 3 ] || fail "$README: want the 3 sc.exe lines (create, failure, start), found $n"
@@ -177,6 +174,24 @@ service_recipe() {
 	"$WINESERVER" -k
 	wait || true
 	echo "service: created as written, Caddy started by it answered gpu-turnstile status and logged to C:\\ProgramData\\caddy\\caddy.log; deleted"
+}
+
+# sc_line runs one of the README's sc.exe lines, up to three times: Wine's
+# service manager has been seen to fail a first `sc.exe create` on a fresh
+# machine. Each failure's output is printed; before a create is tried
+# again, a service half made by the last try is deleted.
+sc_line() {
+	local line=$1 try
+	for try in 1 2 3; do
+		if eval "\"\$WINE\" $line" >"$scratch/sc.log" 2>&1; then
+			return
+		fi
+		echo "$line: failed (try $try of 3):"
+		cat "$scratch/sc.log"
+		[[ "$line" != "sc.exe create "* ]] || "$WINE" sc.exe delete caddy >/dev/null 2>&1 || true
+		sleep 2
+	done
+	fail "$README: $line: failed three times"
 }
 
 # wait_for runs a command until it succeeds, for at most 60 s.
