@@ -3,7 +3,6 @@ package gpu
 import (
 	"context"
 	"slices"
-	"sync"
 
 	"go.uber.org/zap"
 
@@ -16,21 +15,12 @@ import (
 // and unload the rest (engine.Keeper).
 type keepPlan struct {
 	mem  *MemoryConfig
-	peak int64 // the job's workflow's peak
-
-	mu   sync.Mutex
-	kept []string // what the engines kept, as they name it
+	peak int64    // the job's workflow's peak
+	kept []string // what the engines kept, as they name it (emptyLLMs)
 }
 
 // keeps reports whether the plan keeps model (as an engine names it).
 func (p *keepPlan) keeps(model string) bool { return coResident(p.mem, modelKey(model)) }
-
-// record notes the models an engine kept.
-func (p *keepPlan) record(models []string) {
-	p.mu.Lock()
-	p.kept = append(p.kept, models...)
-	p.mu.Unlock()
-}
 
 // planKeep plans to keep the co_resident models through a job of
 // workflow when its peak is known and LLM use last ended normally (after
@@ -56,9 +46,7 @@ func (g *GPU) planKeep(c *Config, workflow string) *keepPlan {
 // vram_reserve (and min_free_vram): what a model admitted beside the job
 // must leave too. It is true when nothing was kept.
 func (g *GPU) keptFit(ctx context.Context, c *Config, p *keepPlan) bool {
-	p.mu.Lock()
 	models := slices.Sorted(slices.Values(p.kept))
-	p.mu.Unlock()
 	if len(models) == 0 {
 		return true
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -72,11 +73,15 @@ func (g *GPU) emptyLLMs(ctx context.Context, c *Config, keep *keepPlan) error {
 	abnormal := g.abnormal
 	g.mu.Unlock()
 	errs := make([]error, len(c.LLMs))
+	kept := make([][]string, len(c.LLMs))
 	var wg sync.WaitGroup
 	for i, e := range c.LLMs {
-		wg.Go(func() { errs[i] = g.emptyLLM(ctx, c, e, abnormal, keep) })
+		wg.Go(func() { kept[i], errs[i] = g.emptyLLM(ctx, c, e, abnormal, keep) })
 	}
 	wg.Wait()
+	if keep != nil {
+		keep.kept = slices.Concat(kept...)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -89,9 +94,9 @@ func (g *GPU) emptyLLMs(ctx context.Context, c *Config, keep *keepPlan) error {
 }
 
 // emptyLLM unloads every model of one LLM engine, but those keep keeps
-// on an engine that can, and confirms it. abnormal is when LLM use last
-// ended abnormally (zero if not).
-func (g *GPU) emptyLLM(ctx context.Context, c *Config, e LLMEngine, abnormal time.Time, keep *keepPlan) error {
+// on an engine that can, and confirms it; it returns the models kept.
+// abnormal is when LLM use last ended abnormally (zero if not).
+func (g *GPU) emptyLLM(ctx context.Context, c *Config, e LLMEngine, abnormal time.Time, keep *keepPlan) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.UnloadTimeout)
 	defer cancel()
 	start := time.Now()
@@ -103,7 +108,6 @@ func (g *GPU) emptyLLM(ctx context.Context, c *Config, e LLMEngine, abnormal tim
 	var contact, err error
 	if k, ok := e.(Keeper); ok && keep != nil && abnormal.IsZero() {
 		names, kept, contact, err = k.EmptyBut(ctx, g.log(), keep.keeps)
-		keep.record(kept)
 	} else {
 		names, contact, err = e.Empty(ctx, g.log(), abnormal)
 	}
@@ -129,9 +133,9 @@ func (g *GPU) emptyLLM(ctx context.Context, c *Config, e LLMEngine, abnormal tim
 	if err != nil {
 		g.metrics.UpstreamError(upstreamKind(e), e.Name(), "unload")
 		if errors.Is(err, ErrNotEmptied) {
-			return err
+			return nil, err
 		}
-		return fmt.Errorf("%s %w: %v", e.Name(), ErrNotEmptied, err)
+		return nil, fmt.Errorf("%s %w: %v", e.Name(), ErrNotEmptied, err)
 	}
 	if c.Memory != nil {
 		g.forgetResidents(e.Name(), kept)
@@ -141,7 +145,7 @@ func (g *GPU) emptyLLM(ctx context.Context, c *Config, e LLMEngine, abnormal tim
 		g.addEvent("unload", took, fmt.Sprintf("%s: %d model(s)", e.Name(), len(names)))
 		g.log().Info(e.Name()+" unloaded", zap.Strings("models", names), zap.Duration("duration", took))
 	}
-	return nil
+	return kept, nil
 }
 
 // unloadEarly asks the LLM engines to unload while their requests drain.
