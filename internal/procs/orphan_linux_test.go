@@ -14,10 +14,14 @@ import (
 // remembered ID stays alive, and the engine's session still finds it.
 func TestOrphanKeepsItsIDAndSession(t *testing.T) {
 	// The shell starts a sleeper in the background, prints its PID, and
-	// exits: the sleeper is orphaned.
-	sh := exec.Command("sh", "-c", "sleep 30 & echo $!")
+	// exits when its standard input closes: the sleeper is orphaned.
+	sh := exec.Command("sh", "-c", "sleep 30 & echo $!; read _")
 	sh.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	out, err := sh.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := sh.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,6 +50,7 @@ func TestOrphanKeepsItsIDAndSession(t *testing.T) {
 	if !ok || sleeper.Session != sid {
 		t.Fatalf("sleeper %d: %+v %v, want session %d", pid, sleeper, ok, sid)
 	}
+	in.Close()
 	if err := sh.Wait(); err != nil {
 		t.Fatal(err)
 	}
@@ -59,9 +64,9 @@ func TestOrphanKeepsItsIDAndSession(t *testing.T) {
 	if after.Alive(shell.ID) {
 		t.Fatal("the dead shell counts as alive")
 	}
-	in := after.InSession(sid)
-	if len(in) != 1 || in[0].PID != int32(pid) {
-		t.Fatalf("session %d after the shell's death: %+v, want the orphan alone", sid, in)
+	left := after.InSession(sid)
+	if len(left) != 1 || left[0].PID != int32(pid) {
+		t.Fatalf("session %d after the shell's death: %+v, want the orphan alone", sid, left)
 	}
 	syscall.Kill(pid, syscall.SIGKILL)
 }
