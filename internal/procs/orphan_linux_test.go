@@ -15,7 +15,7 @@ import (
 func TestOrphanKeepsItsIDAndSession(t *testing.T) {
 	// The shell starts a sleeper in the background, prints its PID, and
 	// exits when its standard input closes: the sleeper is orphaned.
-	sh := exec.Command("sh", "-c", "sleep 30 & echo $!; read _")
+	sh := exec.Command("sh", "-c", "sleep 30 & echo $!; read _; exit 0")
 	sh.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	out, err := sh.StdoutPipe()
 	if err != nil {
