@@ -7,34 +7,9 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu/ledger"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/vram"
 )
-
-// jobMemory is what memory-aware admission knows of the image job that
-// holds the GPU: its workflow's learned peak, which decides whether a
-// co_resident model fits beside it, and what the card held when it began,
-// from which its peak is learned.
-type jobMemory struct {
-	job      *ImageJob
-	engine   string
-	workflow string // its signature (internal/workflow); "" if unreadable
-	// peak is the workflow's learned peak beyond what the card held when
-	// it began; 0 if never measured: then it runs alone.
-	peak int64
-	// base is what the card held when the job was sent (the LLM engines
-	// emptied), and top the most it held since; readBase is set once a
-	// fresh reading gave base.
-	base, top int64
-	readBase  bool
-	// beside is what the models admitted beside the job were counted
-	// to take: the card's growth beyond it is the job's.
-	beside int64
-	// learn is set when the job's peak may be learned from it: it began
-	// with the image engine freed (no previous job's models cached),
-	// nothing was kept loaded beside it (a kept model may unload during
-	// the job) and nothing ran beside it.
-	learn bool
-}
 
 // jobBegins records the job as it is sent: its workflow, and what the
 // card holds before it. debt says whether the image engine may still hold
@@ -45,19 +20,12 @@ func (g *GPU) jobBegins(j *ImageJob, workflow string, debt bool) {
 	if c == nil || c.Memory == nil {
 		return
 	}
-	base, readBase := g.baseReading(c, workflow, j.prepared)
-	g.update(func() {
-		m := &g.mem
-		jm := &jobMemory{job: j, engine: j.e.Name(), workflow: workflow, learn: workflow != "" && !debt && j.kept == nil}
-		if fp, ok := m.footprintOf(c.Memory, workflow); ok && workflow != "" && !fp.Alone {
-			jm.peak = fp.Bytes
-		}
-		if j.kept != nil {
-			jm.peak = j.kept.peak
-		}
-		jm.base, jm.top, jm.readBase = base, base, readBase
-		m.job = jm
-	})
+	s := ledger.JobStart{Owner: j, Engine: j.e.Name(), Workflow: workflow, Debt: debt}
+	if j.kept != nil {
+		s.KeptPeak = j.kept.peak
+	}
+	s.Base, s.ReadBase = g.baseReading(c, workflow, j.prepared)
+	g.update(func() { g.mem.ledger.JobBegins(c.Memory.rules(), s) })
 }
 
 // baseReading is what the card holds as a job of workflow is sent: the
@@ -71,53 +39,38 @@ func (g *GPU) baseReading(c *Config, workflow string, since time.Time) (int64, b
 		return 0, false
 	}
 	g.mu.Lock()
-	r := g.mem.reading
+	r := g.mem.ledger.Reading()
 	g.mu.Unlock()
 	if !r.At.After(since) {
 		ctx, cancel := context.WithTimeout(g.ctx, c.ProbeTimeout)
 		defer cancel()
-		var err error
-		if r, err = vram.Read(ctx, c.Memory.SMIPath, c.Memory.Index); err != nil {
+		read, err := vram.Read(ctx, c.Memory.SMIPath, c.Memory.Index)
+		if err != nil {
 			return 0, false
 		}
+		r = ledger.Reading(read)
 	}
 	return r.Total - r.Free, true
 }
 
 // jobEnds learns the ended job's peak, if it ran alone and began freed,
-// and forgets the job. It reports the footprints to save, if any.
+// and forgets the job; what was learned is saved.
 func (g *GPU) jobEnds(j *ImageJob) {
 	c := g.cfg()
+	if c == nil || c.Memory == nil {
+		g.update(func() { g.mem.ledger.DropJob(j) })
+		return
+	}
 	var save []byte
 	var card string
 	g.update(func() {
 		m := &g.mem
-		jm := m.job
-		if jm == nil || jm.job != j {
-			return
-		}
-		m.job = nil
-		if c == nil || c.Memory == nil || !jm.learn || !jm.readBase || jm.top <= jm.base {
-			return
-		}
-		if m.learn(c.Memory, jm.engine, jm.workflow, jm.top-jm.base, time.Now()) {
-			save, card = encodeFootprints(m.fps), m.reading.UUID
+		if m.ledger.JobEnds(c.Memory.rules(), j, time.Now()) {
+			save, card = m.ledger.Encode(), m.ledger.Reading().UUID
 		}
 	})
 	if save != nil {
 		g.spawn(func() { g.saveFootprints(g.ctx, c.Memory, card, save) })
-	}
-}
-
-// observeJobLocked takes a reading into the running job's peak; g.mu is
-// held.
-func (m *memState) observeJobLocked(total, free int64) {
-	if jm := m.job; jm != nil {
-		used := total - free
-		if !jm.readBase {
-			jm.base, jm.top, jm.readBase = used, used, true
-		}
-		jm.top = max(jm.top, used)
 	}
 }
 
@@ -142,7 +95,9 @@ func (g *GPU) tryBeside(model string) *Admission {
 	g.lock.TryAcquireBeside(func() bool {
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		a = g.besideLocked(c.Memory, model, time.Now())
+		if led, ok := g.mem.ledger.Beside(c.Memory.rules(), model, time.Now()); ok {
+			a = g.admittedLocked(led)
+		}
 		return a != nil
 	})
 	if a != nil {
@@ -156,34 +111,6 @@ func (g *GPU) tryBeside(model string) *Admission {
 // without waiting (reject mode), if model is co_resident and fits; nil
 // otherwise. The caller then holds a shared place, and calls Done.
 func (g *GPU) TryBeside(model string) *Admission { return g.tryBeside(modelKey(model)) }
-
-// besideLocked admits model beside the running job if it fits, and
-// records the admission; g.mu is held.
-func (g *GPU) besideLocked(c *MemoryConfig, model string, now time.Time) *Admission {
-	m := &g.mem
-	jm := m.job
-	if jm == nil || jm.peak <= 0 || !jm.readBase || m.stale(c, now) {
-		return nil
-	}
-	var need int64
-	if _, loaded := m.resident[model]; !loaded {
-		fp, known := m.footprintOf(c, model)
-		if !known || fp.Alone {
-			return nil
-		}
-		need = fp.Bytes
-	}
-	// Not available(): an engine evicts its idle models to make room for
-	// a model it loads, never for the job's growth.
-	avail, ok := m.room(c)
-	grown := m.reading.Total - m.reading.Free - jm.base - jm.beside // the job's part of the card's growth
-	if !ok || avail-max(jm.peak-grown, 0) < need {
-		return nil
-	}
-	jm.learn = false // its peak, measured now, would include the model
-	jm.beside += need
-	return g.recordLocked(model, need)
-}
 
 // WaitLLMFor is WaitLLM for a request naming model: a co_resident model
 // is also admitted beside a running image job when it fits (the returned

@@ -7,7 +7,6 @@ import (
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy/comfytest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/vram"
 )
 
 // sendJob runs an image job of workflow on the fake ComfyUI through
@@ -146,27 +145,4 @@ func TestCoResidentNothingBesideAWorkflowAsLargeAsTheCard(t *testing.T) {
 		t.Fatal("admitted beside a workflow that takes the whole card")
 	}
 	f.waitState(t, "idle", func(st Status) bool { return st.State == "idle" })
-}
-
-// An engine evicts its idle models to make room for a model it loads,
-// never for the image job's growth: the room beside a job is what the
-// card has free, idle models not counted as free.
-func TestBesideCountsNoIdleModelAsRoomForTheJob(t *testing.T) {
-	c := &MemoryConfig{Poll: time.Second, CoResident: []string{"a", "b"}, Models: map[string]int64{"b": 6 * gib}}
-	now := time.Now()
-	// a is loaded and idle (4 GiB); the job has grown 4 GiB of its 12 GiB
-	// peak; b would take 6 GiB.
-	for total, want := range map[int64]bool{
-		24 * gib: true,  // 16 free: b's 6 and the job's 8 more, 2 to spare
-		20 * gib: false, // 12 free: 2 short, which a's 4 would cover were a evicted for the job
-	} {
-		g := &GPU{}
-		used := 4*gib + 4*gib
-		g.mem.reading = vram.Reading{Total: total, Free: total - used, At: now}
-		g.mem.resident = map[string]residentModel{"a": {engine: "ollama", vram: 4 * gib, evicts: true}}
-		g.mem.job = &jobMemory{peak: 12 * gib, base: 4 * gib, top: used, readBase: true}
-		if got := g.besideLocked(c, "b", now) != nil; got != want {
-			t.Errorf("%d GiB card: b admitted beside the job: %v, want %v", total/gib, got, want)
-		}
-	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu/ledger"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/vram"
 )
 
@@ -34,11 +35,11 @@ func (g *GPU) planKeep(c *Config, workflow string) *keepPlan {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	fp, known := g.mem.footprintOf(c.Memory, workflow)
-	if !known || fp.Alone || fp.Bytes <= 0 || !g.abnormal.IsZero() {
+	peak := g.mem.ledger.KeepPeak(c.Memory.rules(), workflow)
+	if peak == 0 || !g.abnormal.IsZero() {
 		return nil
 	}
-	return &keepPlan{mem: c.Memory, peak: fp.Bytes}
+	return &keepPlan{mem: c.Memory, peak: peak}
 }
 
 // keptFit reads the card, once the rest is emptied, and reports whether
@@ -53,12 +54,14 @@ func (g *GPU) keptFit(ctx context.Context, c *Config, p *keepPlan) bool {
 	rctx, cancel := context.WithTimeout(ctx, c.ProbeTimeout)
 	defer cancel()
 	r, err := vram.Read(rctx, c.Memory.SMIPath, c.Memory.Index)
+	rules := c.Memory.rules()
+	rules.MinFree = c.MinFreeVRAM
 	fields := []zap.Field{zap.Strings("models", models), zap.Int64("peak_mib", p.peak>>20)}
 	switch {
 	case err != nil:
 		g.log().Warn("co_resident models unloaded for the image job: the card could not be read", append(fields, zap.Error(err))...)
 		return false
-	case r.Free-c.Memory.Reserve < p.peak || r.Free < c.MinFreeVRAM:
+	case !ledger.KeepFits(rules, r.Free, p.peak):
 		g.log().Info("co_resident models unloaded for the image job: they leave too little room for its peak",
 			append(fields, zap.Int64("free_mib", r.Free>>20), zap.Int64("reserve_mib", c.Memory.Reserve>>20))...)
 		return false

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu/ledger"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy/comfytest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/vram"
 )
 
 // A co_resident model loaded when an image job comes stays loaded through
@@ -95,7 +95,9 @@ func TestBaseReadAfterTheGPUWasReadied(t *testing.T) {
 		{readied.Add(-time.Millisecond), 0},      // read again: nothing on the card
 		{readied.Add(time.Millisecond), 4 * gib}, // taken since: as it says
 	} {
-		f.g.update(func() { f.g.mem.reading = vram.Reading{Total: 24 * gib, Free: 20 * gib, At: tc.at} })
+		f.g.update(func() {
+			f.g.mem.ledger.Take(c.Memory.rules(), ledger.Reading{Total: 24 * gib, Free: 20 * gib, At: tc.at})
+		})
 		if base, ok := f.g.baseReading(c, "comfyui:wf", readied); !ok || base != tc.want {
 			t.Errorf("reading taken %v after the GPU was readied: base %d MiB (%v), want %d MiB",
 				tc.at.Sub(readied), base>>20, ok, tc.want>>20)

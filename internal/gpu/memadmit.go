@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu/ledger"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
 )
 
@@ -19,12 +19,11 @@ var ErrNoMemory = errors.New("not enough free video memory for the model")
 // Admission is an LLM request admitted by AdmitModel: Done records its
 // end.
 type Admission struct {
-	g       *GPU
-	model   string
-	pending uint64 // its pending load, 0 if the model was loaded or not checked
-	// learning is set when the model's footprint is unknown: it is
-	// learned from this load.
-	learning bool
+	g *GPU
+	// led is the admission as the ledger recorded it: its model, its
+	// pending load if the model was not loaded, and whether the model's
+	// footprint is learned from this load.
+	led ledger.Admitted
 }
 
 // AdmitModel admits an LLM request for model, for which the caller holds
@@ -46,8 +45,8 @@ func (g *GPU) AdmitModel(ctx context.Context, model string, deadline time.Time, 
 	for {
 		ch := g.Changed()
 		if a := g.tryAdmit(model); a != nil {
-			if a.learning {
-				g.measureBase(ctx, a.pending)
+			if a.led.Learning {
+				g.measureBase(ctx, a.led.Pending)
 			}
 			return a, nil
 		}
@@ -98,100 +97,20 @@ func (g *GPU) tryAdmit(model string) *Admission {
 	if c == nil || c.Memory == nil {
 		return &Admission{g: g}
 	}
-	fit, need := g.fitsLocked(c.Memory, model, time.Now())
-	if !fit {
+	a, ok := g.mem.ledger.TryAdmit(c.Memory.rules(), model, time.Now())
+	if !ok {
 		return nil
 	}
-	return g.recordLocked(model, need)
+	return g.admittedLocked(a)
 }
 
-// recordLocked records an admitted request for model: in flight, and as
-// a pending load that reserves need (unless 0); g.mu is held.
-func (g *GPU) recordLocked(model string, need int64) *Admission {
-	m := &g.mem
-	a := &Admission{g: g, model: model}
-	if model == "" {
-		return a
-	}
-	if m.inflight == nil {
-		m.inflight = map[string]int{}
-	}
-	m.inflight[model]++
-	if need != 0 {
-		if m.pending == nil {
-			m.pending = map[uint64]*pendingLoad{}
-		}
-		m.lastID++
-		a.pending = m.lastID
-		a.learning = need == unknownBytes
-		m.pending[a.pending] = &pendingLoad{model: model, bytes: need}
+// admittedLocked is the Admission of what the ledger admitted; a pending
+// load is a change (the status shows it). g.mu is held.
+func (g *GPU) admittedLocked(a ledger.Admitted) *Admission {
+	if a.Pending != 0 {
 		g.touch()
 	}
-	return a
-}
-
-// fitsLocked reports whether model may go to the card now, and what its
-// admission reserves until a reading shows it loaded: 0 for nothing (the
-// model is loaded or loading, the reading is stale, no model was named),
-// unknownBytes for a model whose footprint is unknown. g.mu is held.
-func (g *GPU) fitsLocked(c *MemoryConfig, model string, now time.Time) (fit bool, need int64) {
-	m := &g.mem
-	if model == "" || m.stale(c, now) {
-		return true, 0
-	}
-	if _, ok := m.resident[model]; ok {
-		return true, 0
-	}
-	for _, p := range m.pending {
-		if p.model == model {
-			return true, 0 // loading: its memory is reserved once
-		}
-	}
-	fp, known := m.footprintOf(c, model)
-	if !known {
-		return true, unknownBytes
-	}
-	need = fp.Bytes
-	if fp.Alone {
-		need = m.reading.Total - c.Reserve
-	}
-	avail, ok := m.available(c)
-	return ok && avail >= need, need
-}
-
-// stale reports whether the last reading is missing or older than
-// staleAfter poll intervals: admission then follows the whole-card rules.
-func (m *memState) stale(c *MemoryConfig, now time.Time) bool {
-	return m.reading.At.IsZero() || now.Sub(m.reading.At) > staleAfter*c.Poll
-}
-
-// available is the memory a model not loaded may take: room, plus what
-// idle models of an engine that evicts them hold.
-func (m *memState) available(c *MemoryConfig) (int64, bool) {
-	avail, ok := m.room(c)
-	if !ok {
-		return 0, false
-	}
-	for model, r := range m.resident {
-		if r.evicts && m.inflight[model] == 0 {
-			avail += r.vram
-		}
-	}
-	return avail, true
-}
-
-// room is what the card has free, less the reserve and the footprints of
-// the pending loads. Not ok while a load of unknown size is pending:
-// nothing is known to be free then.
-func (m *memState) room(c *MemoryConfig) (int64, bool) {
-	avail := m.reading.Free - c.Reserve
-	for _, p := range m.pending {
-		if p.bytes == unknownBytes {
-			return 0, false
-		}
-		avail -= p.bytes
-	}
-	return avail, true
+	return &Admission{g: g, led: a}
 }
 
 // oomTexts are what the engines answer when a model does not fit:
@@ -209,33 +128,15 @@ var oomTexts = [][]byte{
 // ran out of memory for the model forgets the model's footprint: from
 // then on it runs alone.
 func (a *Admission) Done(status int, head []byte) {
-	if a == nil || a.model == "" {
+	if a == nil || a.led.Model == "" {
 		return
 	}
 	g := a.g
 	oom := status >= 500 && isOOM(head)
-	g.update(func() {
-		m := &g.mem
-		if m.inflight[a.model]--; m.inflight[a.model] <= 0 {
-			delete(m.inflight, a.model)
-		}
-		if p := m.pending[a.pending]; p != nil {
-			p.ended = time.Now()
-			if oom {
-				delete(m.pending, a.pending)
-			}
-		}
-		if oom {
-			eng := ""
-			if r, ok := m.resident[a.model]; ok {
-				eng = r.engine
-			}
-			m.forget(eng, a.model, time.Now())
-		}
-	})
+	g.update(func() { g.mem.ledger.End(a.led, oom, time.Now()) })
 	if oom {
 		g.log().Warn("the engine ran out of video memory for the model: its footprint is forgotten, and it runs alone from now on",
-			zap.String("model", a.model), zap.Int("status", status))
+			zap.String("model", a.led.Model), zap.Int("status", status))
 	}
 }
 
@@ -258,13 +159,5 @@ func (g *GPU) MemoryCause(model string) string {
 	if c == nil || c.Memory == nil {
 		return "video memory"
 	}
-	fp, _ := g.mem.footprintOf(c.Memory, model)
-	need := fp.Bytes
-	if fp.Alone {
-		need = g.mem.reading.Total - c.Memory.Reserve
-	}
-	avail, _ := g.mem.available(c.Memory)
-	return fmt.Sprintf("too little free video memory for %s (needs %s, %s available beyond vram_reserve)", model, mib(need), mib(max(avail, 0)))
+	return g.mem.ledger.Cause(c.Memory.rules(), model)
 }
-
-func mib(b int64) string { return fmt.Sprintf("%d MiB", b>>20) }

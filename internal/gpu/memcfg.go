@@ -3,6 +3,8 @@ package gpu
 import (
 	"context"
 	"time"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu/ledger"
 )
 
 // MemoryConfig is memory-aware admission (vram_admission): an LLM request
@@ -42,4 +44,11 @@ type FootprintStore interface {
 	// card's UUID is unknown: the turnstile's name is the key then).
 	LoadFootprints(ctx context.Context, card string) ([]byte, error)
 	SaveFootprints(ctx context.Context, card string, data []byte) error
+}
+
+// rules is what the ledger's rules read of c; MinFree (min_free_vram, of
+// the GPU's Config) is left to the caller that needs it.
+func (c *MemoryConfig) rules() ledger.Config {
+	return ledger.Config{Reserve: c.Reserve, Poll: c.Poll, Models: c.Models,
+		Configured: func(model string) (int64, bool) { return configured(c, model) }}
 }

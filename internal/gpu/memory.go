@@ -3,70 +3,34 @@ package gpu
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu/ledger"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/vram"
 )
 
-// memState is what memory-aware admission knows of the card, under g.mu
-// with the rest of the GPU's state.
+// memState is memory-aware admission's part of the GPU's state, under
+// g.mu: the ledger of the card's memory (internal/gpu/ledger), and the
+// reader that feeds it.
 type memState struct {
 	watch *memWatch // the running reader; nil while admission is off
 
-	reading vram.Reading // the last good reading
-	readErr error        // the last reading's error, cleared by a good one
+	readErr error // the last reading's error, cleared by a good one
 
-	// fps are the learned footprints, by model (footprints.go); loadedFps
-	// is set once the store's have been read.
-	fps       map[string]footprint
+	// ledger is the last reading, the models loaded, the footprints, the
+	// pending loads and the image job, and the rules over them.
+	ledger ledger.Ledger
+	// loadedFps is set once the store's footprints have been read.
 	loadedFps bool
 
-	// resident are the models the LLM engines had loaded at the last
-	// listing, by model.
-	resident map[string]residentModel
-	// emptied counts the confirmed emptyings of LLM engines, which drop
-	// their models from resident at once: a listing begun before one is
-	// not applied.
-	emptied uint64
-
-	// inflight counts the admitted requests in flight, by model: an
-	// idle model of an engine that evicts is memory that engine can use.
-	inflight map[string]int
-	// pending are the admissions of models that were not loaded, until
-	// a reading shows their memory (footprints admitted but not yet
-	// seen loaded).
-	pending map[uint64]*pendingLoad
-	lastID  uint64
-	// job is the image job holding the GPU, once sent (beside.go).
-	job *jobMemory
 	// staling fires when the last reading goes stale, so that the
 	// change is signalled as it happens (the status, the events, and
 	// the requests that wait on it).
 	staling *time.Timer
-}
-
-// residentModel is a model loaded on an LLM engine.
-type residentModel struct {
-	engine string
-	vram   int64 // its bytes on the GPU; 0 where the engine does not say
-	evicts bool  // its engine unloads it to make room (Ollama)
-}
-
-// pendingLoad is an admission of a model that was not loaded.
-type pendingLoad struct {
-	model string
-	bytes int64 // its footprint; unknown (-1) reserves all that is free
-	ended time.Time
-	// base is the engines' processes' memory when it was admitted, and
-	// peak the most seen since, for learning a footprint from nvidia-smi;
-	// measured is set once base was read.
-	base, peak int64
-	measured   bool
 }
 
 // memWatch is the reader of one card's memory.
@@ -74,13 +38,6 @@ type memWatch struct {
 	key  string // what the reader was started with
 	stop context.CancelFunc
 }
-
-// unknownBytes marks a pending load whose footprint is unknown.
-const unknownBytes = -1
-
-// staleAfter is how many poll intervals old a reading may be before
-// admission falls back to the whole-card rules.
-const staleAfter = 3
 
 // watchMemory starts, restarts or stops the reader of the card's memory
 // as c asks; g.mu is held.
@@ -134,33 +91,23 @@ func (g *GPU) onReading(ctx context.Context, r vram.Reading, err error) {
 	}
 	g.loadFootprints(ctx, c.Memory, r.UUID)
 	g.mu.Lock()
-	emptied := g.mem.emptied
+	since := g.mem.ledger.Emptyings()
 	g.mu.Unlock()
 	res, failed, sized := g.listResidents(ctx, c)
 	procs := g.engineMemory(ctx, c)
 	var save []byte
 	g.mu.Lock()
 	m := &g.mem
+	rules := c.Memory.rules()
 	// A new figure is a change (at most one a poll interval); so is the
 	// end of a failure, and any reading while a request waits for memory.
-	changed := m.readErr != nil || g.act.waitingFor(waitingForVRAM) || m.reading.Free != r.Free || m.reading.Total != r.Total ||
-		m.stale(c.Memory, r.At)
+	changed := m.ledger.Take(rules, ledger.Reading(r)) || m.readErr != nil || g.act.waitingFor(waitingForVRAM)
 	m.readErr = nil
-	m.reading = r
-	g.staleAtLocked(staleAfter*c.Memory.Poll + time.Millisecond)
-	m.observeJobLocked(r.Total, r.Free)
-	if m.emptied == emptied { // else the next listing tells what is loaded
-		for model, rm := range m.resident {
-			if failed[rm.engine] {
-				res[model] = rm // not listed this time: what was known stays
-			}
-		}
-		changed = changed || !sameResidents(m.resident, res)
-		m.resident = res
-	}
-	learned, dropped := g.learnLocked(c.Memory, sized, procs, r.At)
+	g.staleAtLocked(ledger.StaleAfter*c.Memory.Poll + time.Millisecond)
+	changed = m.ledger.List(res, failed, since) || changed
+	learned, dropped := m.ledger.LearnFrom(rules, sized, procs, r.At)
 	if learned {
-		save = encodeFootprints(m.fps)
+		save = m.ledger.Encode()
 	}
 	if changed || learned || dropped {
 		g.touch()
@@ -176,15 +123,11 @@ func (g *GPU) onReading(ctx context.Context, r vram.Reading, err error) {
 // listing may be a poll interval away, and a model unloaded for an image
 // job must not count as loaded beside it.
 func (g *GPU) forgetResidents(engine string, kept []string) {
-	g.update(func() {
-		m := &g.mem
-		m.emptied++
-		for model, r := range m.resident {
-			if r.engine == engine && !slices.ContainsFunc(kept, func(k string) bool { return modelKey(k) == model }) {
-				delete(m.resident, model)
-			}
-		}
-	})
+	keys := make([]string, len(kept))
+	for i, k := range kept {
+		keys[i] = modelKey(k)
+	}
+	g.update(func() { g.mem.ledger.Emptied(engine, keys) })
 }
 
 // staleAtLocked has the GPU signal a change in d, when the reading just
@@ -205,8 +148,8 @@ func (g *GPU) staleAtLocked(d time.Duration) {
 // listResidents lists the models each LLM engine has loaded, with their
 // sizes where the engine says (sized); failed are the engines that could
 // not be listed.
-func (g *GPU) listResidents(ctx context.Context, c *Config) (res map[string]residentModel, failed map[string]bool, sized []sizedModel) {
-	res, failed = map[string]residentModel{}, map[string]bool{}
+func (g *GPU) listResidents(ctx context.Context, c *Config) (res map[string]ledger.Resident, failed map[string]bool, sized []ledger.Sized) {
+	res, failed = map[string]ledger.Resident{}, map[string]bool{}
 	for _, e := range c.LLMs {
 		lctx, cancel := context.WithTimeout(ctx, c.ProbeTimeout)
 		if s, ok := e.(engine.Sizer); ok {
@@ -217,9 +160,9 @@ func (g *GPU) listResidents(ctx context.Context, c *Config) (res map[string]resi
 				continue
 			}
 			for _, r := range list {
-				r.Model = modelKey(r.Model)
-				res[r.Model] = residentModel{engine: e.Name(), vram: r.VRAM, evicts: s.EvictsIdle()}
-				sized = append(sized, sizedModel{e.Name(), r})
+				model := modelKey(r.Model)
+				res[model] = ledger.Resident{Engine: e.Name(), VRAM: r.VRAM, Evicts: s.EvictsIdle()}
+				sized = append(sized, ledger.Sized{Engine: e.Name(), Model: model, Size: r.Size, VRAM: r.VRAM})
 			}
 			continue
 		}
@@ -230,28 +173,10 @@ func (g *GPU) listResidents(ctx context.Context, c *Config) (res map[string]resi
 			continue
 		}
 		for _, n := range names {
-			res[modelKey(n)] = residentModel{engine: e.Name()}
+			res[modelKey(n)] = ledger.Resident{Engine: e.Name()}
 		}
 	}
 	return res, failed, sized
-}
-
-// sizedModel is a resident model as an engine that sizes it reports it.
-type sizedModel struct {
-	engine string
-	engine.Resident
-}
-
-func sameResidents(a, b map[string]residentModel) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // measureBase reads what the LLM engines' processes hold before the
@@ -268,11 +193,7 @@ func (g *GPU) measureBase(ctx context.Context, id uint64) {
 	if base < 0 {
 		return
 	}
-	g.update(func() {
-		if p := g.mem.pending[id]; p != nil {
-			p.base, p.peak, p.measured = base, base, true
-		}
-	})
+	g.update(func() { g.mem.ledger.Measured(id, base) })
 }
 
 // engineMemory is what the LLM engines' processes hold on the card now,
@@ -280,10 +201,7 @@ func (g *GPU) measureBase(ctx context.Context, id uint64) {
 // footprint is unknown); -1 when it is not read or cannot be.
 func (g *GPU) engineMemory(ctx context.Context, c *Config) int64 {
 	g.mu.Lock()
-	learning := false
-	for _, p := range g.mem.pending {
-		learning = learning || p.measured
-	}
+	learning := g.mem.ledger.Learning()
 	g.mu.Unlock()
 	if !learning {
 		return -1
@@ -314,100 +232,6 @@ func (g *GPU) readEngineMemory(ctx context.Context, c *Config) int64 {
 		}
 	}
 	return sum
-}
-
-// learnLocked learns from a reading taken at: the sizes an engine
-// reports of a model wholly on the GPU, and, for a model being learned,
-// the engines' processes' peak over what they held when it was admitted;
-// where both are known the larger counts (an engine's own estimate may
-// be short of what the driver shows). It drops the pending loads this
-// reading accounts for. It reports whether a footprint changed, and
-// whether a pending load was dropped; g.mu is held.
-func (g *GPU) learnLocked(c *MemoryConfig, sized []sizedModel, procs int64, at time.Time) (changed, dropped bool) {
-	m := &g.mem
-	reported := map[string]int64{}
-	for _, s := range sized {
-		if s.VRAM > 0 && s.VRAM == s.Size {
-			reported[s.Model] = s.VRAM
-			if m.learn(c, s.engine, s.Model, s.VRAM, at) {
-				changed = true
-			}
-		}
-	}
-	for id, p := range m.pending {
-		if p.measured && procs >= 0 {
-			p.peak = max(p.peak, procs)
-		}
-		if p.ended.IsZero() || !at.After(p.ended) {
-			continue
-		}
-		// Its request ended before this reading, which shows its memory
-		// if it loaded, and none if it did not.
-		r, loaded := m.resident[p.model]
-		if loaded && p.bytes == unknownBytes && p.measured && m.learningAlone(id) {
-			if b := max(p.peak-p.base, reported[p.model]); b > 0 && m.learn(c, r.engine, p.model, b, at) {
-				changed = true
-			}
-		}
-		delete(m.pending, id)
-		dropped = true
-	}
-	return changed, dropped
-}
-
-// learningAlone reports whether the pending load id is the only one
-// being learned: the engines' memory then grew for it alone.
-func (m *memState) learningAlone(id uint64) bool {
-	for other, p := range m.pending {
-		if other != id && p.bytes == unknownBytes {
-			return false
-		}
-	}
-	return true
-}
-
-// loadFootprints reads the card's footprints from the store, once.
-func (g *GPU) loadFootprints(ctx context.Context, c *MemoryConfig, card string) {
-	g.mu.Lock()
-	done := g.mem.loadedFps
-	g.mem.loadedFps = true
-	g.mu.Unlock()
-	if done || c.Store == nil {
-		return
-	}
-	sctx, cancel := context.WithTimeout(ctx, restoreTimeout)
-	defer cancel()
-	data, err := c.Store.LoadFootprints(sctx, g.cardKey(card))
-	if err != nil || len(data) == 0 {
-		if err != nil {
-			g.log().Warn("footprints not read from storage", zap.Error(err))
-		}
-		return
-	}
-	fps, err := decodeFootprints(data)
-	if err != nil {
-		g.log().Warn("footprints in storage are unreadable; they are learned again", zap.Error(err))
-		return
-	}
-	g.update(func() {
-		for k, fp := range g.mem.fps { // learned meanwhile: newer
-			fps[k] = fp
-		}
-		g.mem.fps = fps
-	})
-	g.log().Info("footprints read from storage", zap.Int("models", len(fps)))
-}
-
-// saveFootprints writes the learned footprints to the store.
-func (g *GPU) saveFootprints(ctx context.Context, c *MemoryConfig, card string, data []byte) {
-	if c.Store == nil {
-		return
-	}
-	sctx, cancel := context.WithTimeout(ctx, restoreTimeout)
-	defer cancel()
-	if err := c.Store.SaveFootprints(sctx, g.cardKey(card), data); err != nil {
-		g.log().Warn("footprints not saved to storage", zap.Error(err))
-	}
 }
 
 // cardKey is what a card's footprints are kept under: its UUID, or the

@@ -1,10 +1,6 @@
 package gpu
 
-import (
-	"slices"
-	"strings"
-	"time"
-)
+import "time"
 
 // VRAMStatus is the card's memory as memory-aware admission sees it.
 type VRAMStatus struct {
@@ -54,30 +50,30 @@ type LoadedStatus struct {
 // statusLocked is the card's memory as the status shows it; g.mu is
 // held.
 func (m *memState) statusLocked(c *MemoryConfig, now time.Time) *VRAMStatus {
+	snap := m.ledger.Snapshot(c.rules(), now)
 	st := &VRAMStatus{
-		TotalBytes:   m.reading.Total,
-		FreeBytes:    m.reading.Free,
+		TotalBytes:   snap.Reading.Total,
+		FreeBytes:    snap.Reading.Free,
 		ReserveBytes: c.Reserve,
-		Stale:        m.stale(c, now),
-		Footprints:   m.footprintList(c, max(m.reading.Total-c.Reserve, 0)),
-		Loaded:       make([]LoadedStatus, 0, len(m.resident)),
+		Stale:        snap.Stale,
+		Footprints:   make([]FootprintStatus, len(snap.Footprints)),
+		Loaded:       make([]LoadedStatus, len(snap.Loaded)),
+		PendingBytes: snap.PendingBytes,
 	}
-	if !m.reading.At.IsZero() {
-		at := m.reading.At
+	if at := snap.Reading.At; !at.IsZero() {
 		st.ReadAt = &at
 	}
 	if m.readErr != nil {
 		st.Error = m.readErr.Error()
 	}
-	for model, r := range m.resident {
-		st.Loaded = append(st.Loaded, LoadedStatus{Engine: r.engine, Model: model, Bytes: r.vram, Inflight: m.inflight[model]})
+	for i, fp := range snap.Footprints {
+		st.Footprints[i] = FootprintStatus(fp)
 	}
-	slices.SortFunc(st.Loaded, func(a, b LoadedStatus) int { return strings.Compare(a.Model, b.Model) })
-	for _, p := range m.pending {
-		st.PendingBytes += max(p.bytes, 0)
+	for i, l := range snap.Loaded {
+		st.Loaded[i] = LoadedStatus(l)
 	}
-	if jm := m.job; jm != nil {
-		st.Job = &JobMemoryStatus{Engine: jm.engine, Workflow: jm.workflow, PeakBytes: jm.peak, BesideBytes: jm.beside}
+	if j := snap.Job; j != nil {
+		st.Job = &JobMemoryStatus{Engine: j.Engine, Workflow: j.Workflow, PeakBytes: j.PeakBytes, BesideBytes: j.BesideBytes}
 	}
 	return st
 }
