@@ -39,7 +39,10 @@ func New(name string, c *a1111.Client, progress, poll time.Duration) *Engine {
 	return e
 }
 
-func (e *Engine) Kind() string { return "a1111" }
+func (e *Engine) Kind() string { return Kind.Name }
+
+// Descriptor implements engine.Described.
+func (e *Engine) Descriptor() *engine.Kind { return Kind }
 func (e *Engine) Name() string { return e.name }
 func (e *Engine) URL() string  { return e.c.URL() }
 
