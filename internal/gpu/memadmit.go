@@ -1,7 +1,6 @@
 package gpu
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
 )
 
@@ -194,16 +194,6 @@ func (m *memState) room(c *MemoryConfig) (int64, bool) {
 	return avail, true
 }
 
-// oomTexts are what the engines answer when a model does not fit:
-// Ollama ("model requires more system memory ... than is available",
-// "cudaMalloc failed: out of memory" from its runner), llama.cpp
-// ("failed to allocate", "out of memory"), vLLM ("CUDA out of memory").
-var oomTexts = [][]byte{
-	[]byte("out of memory"),
-	[]byte("requires more system memory"),
-	[]byte("failed to allocate"),
-}
-
 // Done records the request's end: status is its answer's, head the start
 // of an error answer's body (nil otherwise). An engine's answer that it
 // ran out of memory for the model forgets the model's footprint: from
@@ -239,15 +229,9 @@ func (a *Admission) Done(status int, head []byte) {
 	}
 }
 
-func isOOM(head []byte) bool {
-	lower := bytes.ToLower(head)
-	for _, t := range oomTexts {
-		if bytes.Contains(lower, t) {
-			return true
-		}
-	}
-	return false
-}
+// isOOM reports whether an error answer's start says the model did not
+// fit, in the words of any kind of engine (engine.OutOfMemory).
+func isOOM(head []byte) bool { return engine.OutOfMemory(head) }
 
 // MemoryCause says why model waits or is refused, for a busy answer.
 func (g *GPU) MemoryCause(model string) string {

@@ -35,8 +35,8 @@ func (e *Engine) Kind() string { return Kind.Name }
 
 // Descriptor implements engine.Described.
 func (e *Engine) Descriptor() *engine.Kind { return Kind }
-func (e *Engine) Name() string { return e.name }
-func (e *Engine) URL() string  { return e.c.URL() }
+func (e *Engine) Name() string             { return e.name }
+func (e *Engine) URL() string              { return e.c.URL() }
 
 // router fails with engine.ErrCannotEmpty unless the server runs in
 // router mode.

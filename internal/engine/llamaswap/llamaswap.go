@@ -26,8 +26,8 @@ func (e *Engine) Kind() string { return Kind.Name }
 
 // Descriptor implements engine.Described.
 func (e *Engine) Descriptor() *engine.Kind { return Kind }
-func (e *Engine) Name() string { return e.name }
-func (e *Engine) URL() string  { return e.c.URL() }
+func (e *Engine) Name() string             { return e.name }
+func (e *Engine) URL() string              { return e.c.URL() }
 
 // Loaded implements engine.LLM: the models whose server runs (starting,
 // ready or stopping).

@@ -18,7 +18,7 @@ var Kind = &engine.Kind{
 		return New(name, c, o.UnloadPoll), nil
 	},
 	Shorthand: "ollama", Label: "ollama",
-	Warms:     true,
+	Warms: true,
 	Routes: engine.Routes{
 		LLM:         []string{"/api/generate", "/api/chat", "/api/embed", "/api/embeddings"},
 		LLMPrefixes: []string{"/v1/"},
