@@ -56,3 +56,14 @@ func (c *Turnstile) engineOptions() engine.Options {
 	return engine.Options{UnloadPoll: c.GPU.UnloadPoll, HistoryPoll: c.HistoryPoll,
 		BackoffInitial: c.GPU.BackoffInitial, BackoffMax: c.GPU.BackoffMax}
 }
+
+// ShorthandBlock is the shorthand options each followed by arg, as a
+// global gpu_turnstile block gives them, for messages: "ollama URL comfy
+// URL".
+func ShorthandBlock(arg string) string {
+	var parts []string
+	for _, o := range kinds.Shorthands() {
+		parts = append(parts, o+" "+arg)
+	}
+	return strings.Join(parts, " ")
+}
