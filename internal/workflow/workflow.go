@@ -2,7 +2,8 @@
 //
 // Key, over what NodeGraph (ComfyUI) or Generation and Upscale (Automatic1111/Forge) read
 // of a job's JSON body, is a short, stable key: the models the job loads and the size of
-// the images it makes, and nothing that does not change the memory peak (seeds, prompt text, sampler steps, client
+// the images it makes, and nothing that does not change the memory peak (seeds, prompt
+// text, sampler steps, client
 // ids). Two jobs with the same key are expected to peak at the same video memory, so the
 // key is what a learned memory peak is stored under.
 //
