@@ -100,7 +100,7 @@ func checkTurnstileName(h httpcaddyfile.Helper, name string) (*Settings, error) 
 	name = tcfg.OrDefault(name)
 	opt, ok := h.Option("gpu_turnstile").(httpcaddyfile.App)
 	if !ok {
-		return nil, h.Errf("%s: no turnstile named %q: add the global option `gpu_turnstile { ollama URL comfy URL }`", h.Val(), name)
+		return nil, h.Errf("%s: no turnstile named %q: add the global option `gpu_turnstile { %s }`", h.Val(), name, tcfg.ShorthandBlock("URL"))
 	}
 	var app App
 	if err := json.Unmarshal(opt.Value, &app); err != nil {

@@ -10,6 +10,9 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/kinds"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/kinds/kindstest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/a1111/a1111test"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy/comfytest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
@@ -25,7 +28,8 @@ import (
 // image engine fails the test.
 type mix struct {
 	*harness
-	sites map[string]string // engine kind -> Caddy's URL in front of it
+	sites map[string]string      // engine kind -> Caddy's URL in front of it
+	fakes map[string]engine.Fake // engine kind -> its fake
 
 	ollama   *ollamatest.Server
 	llamacpp *llamacpptest.Server
@@ -50,16 +54,14 @@ type mixOptions struct {
 	memory int64
 }
 
-var llmKinds = map[string]bool{"ollama": true, "llamacpp": true, "llamaswap": true, "vllm": true}
-
 func newMix(t *testing.T, opts mixOptions) *mix {
 	t.Helper()
 	h := &harness{t: t, gpu: gputest.New(), client: newTestClient()}
-	h.gpu.ShareAmong("ollama", "llamacpp", "llamaswap", "vllm")
+	h.gpu.ShareAmong(kindstest.LLMServices()...)
 	if opts.memory > 0 {
 		h.withMemory(opts.memory)
 	}
-	m := &mix{harness: h, sites: map[string]string{}}
+	m := &mix{harness: h, sites: map[string]string{}, fakes: map[string]engine.Fake{}}
 	if slices.Contains(opts.engines, "vllm") && slices.Contains(opts.engines, "a1111") {
 		// Both load at launch, before Caddy can do anything about it.
 		opts.a1111.NotLoadedAtStart = true
@@ -68,9 +70,9 @@ func newMix(t *testing.T, opts mixOptions) *mix {
 	var closers []func()
 	for _, kind := range opts.engines {
 		url := m.start(kind, opts)
-		closers = append(closers, m.closer(kind))
+		closers = append(closers, m.fakes[kind].Close)
 		class := "image"
-		if llmKinds[kind] {
+		if kinds.Is(engine.ClassLLM, kind) {
 			class = "llm"
 		}
 		engines = append(engines, fmt.Sprintf("%s %s %s", class, kind, url))
@@ -112,66 +114,44 @@ func newMix(t *testing.T, opts mixOptions) *mix {
 	return m
 }
 
-// start starts the fake engine of kind and returns its URL.
+// start starts the fake engine of kind through the registry and returns
+// its URL.
 func (m *mix) start(kind string, opts mixOptions) string {
-	switch kind {
-	case "ollama":
-		m.ollama = ollamatest.NewServer(m.gpu, opts.ollama)
-		return m.ollama.URL
-	case "llamacpp":
-		m.llamacpp = llamacpptest.NewServer(m.gpu, opts.llamacpp)
-		return m.llamacpp.URL()
-	case "llamaswap":
-		m.swap = llamaswaptest.NewServer(m.gpu, opts.swap)
-		return m.swap.URL()
-	case "vllm":
-		m.vllm = vllmtest.NewServer(m.gpu, opts.vllm)
-		return m.vllm.URL()
-	case "comfyui":
-		m.comfy = comfytest.NewServer(m.gpu, opts.comfy)
-		return m.comfy.URL
-	case "a1111":
-		m.a1111 = a1111test.NewServer(m.gpu, opts.a1111)
-		return m.a1111.URL()
+	f, ok := kindstest.Start(kind, m.gpu, opts.fakeOptions()[kind])
+	if !ok {
+		m.t.Fatalf("no fake engine of kind %q", kind)
 	}
-	m.t.Fatalf("no fake engine of kind %q", kind)
-	return ""
+	m.fakes[kind] = f
+	switch s := f.Server.(type) {
+	case *ollamatest.Server:
+		m.ollama = s
+	case *llamacpptest.Server:
+		m.llamacpp = s
+	case *llamaswaptest.Server:
+		m.swap = s
+	case *vllmtest.Server:
+		m.vllm = s
+	case *comfytest.Server:
+		m.comfy = s
+	case *a1111test.Server:
+		m.a1111 = s
+	}
+	return f.URL
 }
 
-func (m *mix) closer(kind string) func() {
-	switch kind {
-	case "ollama":
-		return m.ollama.Close
-	case "llamacpp":
-		return m.llamacpp.Close
-	case "llamaswap":
-		return m.swap.Close
-	case "vllm":
-		return m.vllm.Close
-	case "comfyui":
-		return m.comfy.Close
-	}
-	return m.a1111.Close
+// fakeOptions are the fakes' options by kind.
+func (o mixOptions) fakeOptions() map[string]any {
+	return map[string]any{"ollama": o.ollama, "llamacpp": o.llamacpp, "llamaswap": o.swap, "vllm": o.vllm,
+		"comfyui": o.comfy, "a1111": o.a1111}
 }
 
 // chatPath is the chat route of an LLM engine through Caddy.
 func (m *mix) chatPath(kind string) string {
-	if kind == "ollama" {
-		return m.sites[kind] + "/api/chat"
-	}
-	return m.sites[kind] + "/v1/chat/completions"
+	return m.sites[kind] + m.fakes[kind].ChatPath
 }
 
-// chatModel is a model each fake LLM engine serves.
-func chatModel(kind string) string {
-	switch kind {
-	case "ollama":
-		return "llama3.2"
-	case "vllm":
-		return "Qwen/Qwen3-8B"
-	}
-	return "qwen3-8b"
-}
+// chatModel is a model the fake LLM engine of kind serves.
+func (m *mix) chatModel(kind string) string { return m.fakes[kind].ChatModel }
 
 // txt2imgBody is an A1111 txt2img request.
 func txt2imgBody() string {
@@ -193,19 +173,15 @@ func engineState(st Status, name string) string {
 func (m *mix) runImageJob(t *testing.T, kind string) {
 	t.Helper()
 	ctx := context.Background()
-	if kind == "a1111" {
-		if r := m.post(ctx, m.sites[kind]+"/sdapi/v1/txt2img", txt2imgBody()); r.status != 200 {
-			t.Fatalf("txt2img: %d %s %v", r.status, r.body, r.err)
+	f := m.fakes[kind]
+	if kinds.JobID(kind) == nil { // synchronous: the answer is the job's end
+		if r := m.post(ctx, m.sites[kind]+f.JobPath, f.JobBody); r.status != 200 {
+			t.Fatalf("%s: %d %s %v", f.JobPath, r.status, r.body, r.err)
 		}
 		return
 	}
-	promptID(t, m.post(ctx, m.sites[kind]+"/prompt", promptBody(50)))
+	promptID(t, m.post(ctx, m.sites[kind]+f.JobPath, promptBody(50)))
 }
 
 // service is the name a fake engine of kind uses on the simulated GPU.
-func service(kind string) string {
-	if kind == "comfyui" {
-		return "comfy"
-	}
-	return kind
-}
+func service(kind string) string { return kindstest.Service(kind) }

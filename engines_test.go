@@ -8,13 +8,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/kinds"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/a1111/a1111test"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/llamacpp/llamacpptest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/vllm/vllmtest"
 )
 
-var allLLMKinds = []string{"ollama", "llamacpp", "llamaswap", "vllm"}
+var allLLMKinds = func() []string {
+	var ns []string
+	for _, k := range kinds.Of(engine.ClassLLM) {
+		ns = append(ns, k.Name)
+	}
+	return ns
+}()
 
 // Chats to every kind of LLM engine share the GPU.
 func TestLLMEnginesShareTheGPU(t *testing.T) {
@@ -24,7 +32,7 @@ func TestLLMEnginesShareTheGPU(t *testing.T) {
 	for _, kind := range allLLMKinds {
 		for range 3 {
 			wg.Go(func() {
-				if r := m.post(ctx, m.chatPath(kind), chatBody(chatModel(kind), false)); r.status != 200 {
+				if r := m.post(ctx, m.chatPath(kind), chatBody(m.chatModel(kind), false)); r.status != 200 {
 					t.Errorf("%s chat: %d %s %v", kind, r.status, r.body, r.err)
 				}
 			})
@@ -50,7 +58,7 @@ func TestImageJobsEmptyEveryLLMEngine(t *testing.T) {
 			m := newMix(t, mixOptions{engines: append(append([]string{}, allLLMKinds...), image)})
 			ctx := context.Background()
 			for _, kind := range allLLMKinds {
-				if r := m.post(ctx, m.chatPath(kind), chatBody(chatModel(kind), false)); r.status != 200 {
+				if r := m.post(ctx, m.chatPath(kind), chatBody(m.chatModel(kind), false)); r.status != 200 {
 					t.Fatalf("%s chat: %d %s", kind, r.status, r.body)
 				}
 			}
@@ -105,12 +113,12 @@ func TestVLLMIsWokenBeforeTheNextChat(t *testing.T) {
 	m := newMix(t, mixOptions{engines: []string{"vllm", "comfyui"}, comfy: comfyOpts(300 * time.Millisecond),
 		vllm: vllmtest.Options{WakeDelay: 100 * time.Millisecond}})
 	ctx := context.Background()
-	if r := m.post(ctx, m.chatPath("vllm"), chatBody(chatModel("vllm"), false)); r.status != 200 {
+	if r := m.post(ctx, m.chatPath("vllm"), chatBody(m.chatModel("vllm"), false)); r.status != 200 {
 		t.Fatalf("chat: %d %s", r.status, r.body)
 	}
 	promptID(t, m.post(ctx, m.sites["comfyui"]+"/prompt", promptBody(300)))
 	m.waitStatus("vllm asleep", func(st Status) bool { return engineState(st, "vllm") == "asleep" })
-	chat := m.postAsync(ctx, m.chatPath("vllm"), chatBody(chatModel("vllm"), false))
+	chat := m.postAsync(ctx, m.chatPath("vllm"), chatBody(m.chatModel("vllm"), false))
 	m.waitStatus("the chat waits", func(st Status) bool { return st.LLMWaiting == 1 })
 	if r := <-chat; r.status != 200 {
 		t.Fatalf("chat after the job: %d %s", r.status, r.body)
@@ -190,7 +198,7 @@ func TestUnemptiableEngineRefusesExclusiveUse(t *testing.T) {
 			m.waitStatus("the engine reported", func(st Status) bool { return engineState(st, kind) == "cannot_empty" })
 			if kind == "llamacpp" {
 				m.waitTimeline("the model loaded", func(ev []gputest.Event) bool { return gputest.Index(ev, 0, "llamacpp", "ready") >= 0 })
-				if r := m.post(context.Background(), m.chatPath(kind), chatBody(chatModel(kind), false)); r.status != 200 {
+				if r := m.post(context.Background(), m.chatPath(kind), chatBody(m.chatModel(kind), false)); r.status != 200 {
 					t.Fatalf("chat: %d %s", r.status, r.body)
 				}
 			}

@@ -10,10 +10,10 @@ import (
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/admit"
 	tcfg "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/kinds"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/workflow"
 )
 
 // imageBodyLimit bounds how much of a /prompt body is read into memory
@@ -39,7 +39,7 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 	_, err = ts.RunImage(gpu.WithWaiter(r.Context(), ticket.Waiter(r, false)), gpu.ImageRun{
 		Engine: e.Name(), Deadline: deadline, Waited: ticket.StopWaiting, Workflow: workflowOf(c, e, r, ticket),
 		Forward: func(ctx context.Context, f *gpu.Forwarded) {
-			admit.Forward(ctx, w, r, next, f, ts.captureLimit(e))
+			admit.Forward(ctx, w, r, next, f, ts.captureLimit(e), kinds.JobID(e.Kind()))
 		},
 	})
 	return ts.answerImage(w, r, c, e, err)
@@ -51,7 +51,7 @@ func workflowOf(c *config, e gpu.ImageEngine, r *http.Request, t *admit.Ticket) 
 	if c.GPU.Memory == nil || len(c.GPU.Memory.CoResident) == 0 {
 		return ""
 	}
-	return workflow.Signature(e.Kind(), route.CleanPath(r), t.Head(imageBodyLimit))
+	return kinds.Signature(e.Kind(), route.CleanPath(r), t.Head(imageBodyLimit))
 }
 
 // answerImage answers an image request as RunImage ended it.

@@ -39,7 +39,7 @@ var (
 
 	wakeSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "gpu_turnstile_wake_seconds",
-		Help:    "Time an LLM engine that was put to sleep (vLLM) took to wake before LLM use, by engine.",
+		Help:    "Time an LLM engine that was put to sleep took to wake before LLM use, by engine.",
 		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60},
 	}, []string{"turnstile", "engine"})
 

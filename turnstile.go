@@ -172,7 +172,7 @@ func lookupTurnstile(ctx caddy.Context, name string) (*turnstile, error) {
 	if !ok {
 		known := app.names()
 		if len(known) == 0 {
-			return nil, fmt.Errorf("gpu_turnstile: no turnstile named %q: add the global option `gpu_turnstile { ollama ... comfy ... }`", name)
+			return nil, fmt.Errorf("gpu_turnstile: no turnstile named %q: add the global option `gpu_turnstile { %s }`", name, tcfg.ShorthandBlock("..."))
 		}
 		return nil, fmt.Errorf("gpu_turnstile: no turnstile named %q (configured: %v)", name, known)
 	}

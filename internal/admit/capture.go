@@ -8,7 +8,6 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy"
 )
 
 // CaptureWriter passes a response through unchanged and unbuffered while
@@ -61,13 +60,16 @@ type writerOnly struct{ io.Writer }
 
 // Forward is the forward of an image job (gpu.ImageRun.Forward): it
 // calls next under ctx, and fills f with what the engine answered, the
-// status and the prompt_id within its first captureLimit bytes, even if
-// next panics (reverse_proxy aborts on a client gone mid-answer).
-func Forward(ctx context.Context, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, f *gpu.Forwarded, captureLimit int64) {
+// status and the job's id that jobID reads within its first captureLimit
+// bytes (none if jobID is nil: a synchronous engine), even if next panics
+// (reverse_proxy aborts on a client gone mid-answer).
+func Forward(ctx context.Context, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, f *gpu.Forwarded, captureLimit int64, jobID func([]byte) (string, bool)) {
 	cw := NewCaptureWriter(w, captureLimit)
 	defer func() {
 		f.Status = cw.status
-		f.PromptID, _ = comfy.PromptID(cw.body)
+		if jobID != nil {
+			f.PromptID, _ = jobID(cw.body)
+		}
 	}()
 	f.Err = next.ServeHTTP(cw, r.WithContext(ctx))
 }

@@ -138,18 +138,18 @@ type blockLines struct {
 
 func (b *blockLines) note(d *caddyfile.Dispenser) {
 	opt, line := d.Val(), d.Line()
-	switch opt {
-	case shorthands[LLM].option, shorthands[Image].option:
+	switch {
+	case isShorthand(opt):
 		if b.shorthand == nil {
 			b.shorthand = map[string]int{}
 		}
 		b.shorthand[opt] = line
-	case "llm", "image":
+	case opt == LLM || opt == Image:
 		if b.engineOption == nil {
 			b.engineOption = map[string][]int{}
 		}
 		b.engineOption[opt] = append(b.engineOption[opt], line)
-	case "hold_while":
+	case opt == "hold_while":
 		if b.holdWhile == nil {
 			b.holdWhile = map[string]int{}
 		}
@@ -188,7 +188,7 @@ func (b *blockLines) lineOf(err error, s *Settings) (int, bool) {
 	var ee *EngineError
 	if errors.As(err, &ee) {
 		lines := b.engineOption[ee.Class]
-		short := shorthands[ee.Class].option
+		short := shorthandOption(ee.Class)
 		if line, ok := b.shorthand[short]; ok && s.Shorthand(ee.Class) != "" {
 			lines = append([]int{line}, lines...)
 		}

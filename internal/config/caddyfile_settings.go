@@ -1,12 +1,15 @@
 package config
 
 import (
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/dustin/go-humanize"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/kinds"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
 )
@@ -21,6 +24,9 @@ func parseSetting(d *caddyfile.Dispenser, s *Settings) error {
 			return err
 		}
 		return parseDuration(d, opt, v, dst)
+	}
+	if isShorthand(opt) {
+		return parseUpstream(d, s.shorthandField(opt))
 	}
 	parse, ok := settingParsers[opt]
 	if !ok {
@@ -50,8 +56,6 @@ func durationSettings(s *Settings) map[string]*caddy.Duration {
 
 // settingParsers parse the options that are not a single duration.
 var settingParsers = map[string]func(*caddyfile.Dispenser, *Settings) error{
-	"ollama":             func(d *caddyfile.Dispenser, s *Settings) error { return parseUpstream(d, &s.Ollama) },
-	"comfy":              func(d *caddyfile.Dispenser, s *Settings) error { return parseUpstream(d, &s.Comfy) },
 	"llm":                func(d *caddyfile.Dispenser, s *Settings) error { return parseEngine(d, &s.LLM) },
 	"image":              func(d *caddyfile.Dispenser, s *Settings) error { return parseEngine(d, &s.Image) },
 	"hold_while":         parseHoldWhile,
@@ -211,11 +215,13 @@ func parseBackoff(d *caddyfile.Dispenser, s *Settings) error {
 	return nil
 }
 
-// parseVRAMProbe reads `vram_probe comfy|nvidia-smi [GPU_INDEX]`.
+// parseVRAMProbe reads `vram_probe comfy|nvidia-smi [GPU_INDEX]` (the
+// engine probes as the registry of kinds has them).
 func parseVRAMProbe(d *caddyfile.Dispenser, s *Settings) error {
 	args := d.RemainingArgs()
-	if len(args) < 1 || len(args) > 2 || (args[0] != "comfy" && args[0] != "nvidia-smi") {
-		return d.Errf("vram_probe: want comfy|nvidia-smi [GPU_INDEX]")
+	probes := append(kinds.Probes(), smiProbe)
+	if len(args) < 1 || len(args) > 2 || !slices.Contains(probes, args[0]) {
+		return d.Errf("vram_probe: want %s [GPU_INDEX]", strings.Join(probes, "|"))
 	}
 	s.VRAMProbe = args[0]
 	if len(args) == 2 {

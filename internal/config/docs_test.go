@@ -1,6 +1,8 @@
 package config
 
 import (
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/kinds"
+
 	"maps"
 	"os"
 	"reflect"
@@ -21,6 +23,7 @@ func TestDocsListEveryOption(t *testing.T) {
 	doc := string(b)
 	options := slices.Collect(maps.Keys(durationSettings(&Settings{})))
 	options = slices.AppendSeq(options, maps.Keys(settingParsers))
+	options = append(options, kinds.Shorthands()...)
 	options = slices.AppendSeq(options, maps.Keys(handlerOptions(HandlerFields{})))
 	slices.Sort(options)
 	for _, o := range options {

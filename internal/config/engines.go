@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/kinds"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
@@ -14,7 +16,7 @@ import (
 // the option as the Caddyfile spells it.
 func validateEngines(s Settings, c *Turnstile) error {
 	if len(s.engines(LLM))+len(s.engines(Image)) == 0 {
-		return fmt.Errorf("no engine: at least one of ollama and comfy (or an llm or image engine) must be set")
+		return fmt.Errorf("no engine: at least one of %s (or an llm or image engine) must be set", strings.Join(kinds.Shorthands(), " and "))
 	}
 	names := map[string]string{}
 	for _, class := range []string{LLM, Image} {
@@ -42,8 +44,8 @@ func validateEngines(s Settings, c *Turnstile) error {
 
 // buildEngine makes one engine of class from its settings.
 func buildEngine(class string, es EngineSettings, c *Turnstile) (gpu.Engine, error) {
-	k, ok := kinds[es.Kind]
-	if !ok || k.Class != class {
+	k, ok := kinds.Named(es.Kind)
+	if !ok || string(k.Class) != class {
 		return nil, fmt.Errorf("%s: kind %q: want one of %s", class, es.Kind, KindNames(class))
 	}
 	if es.URL == "" {
@@ -56,7 +58,7 @@ func buildEngine(class string, es EngineSettings, c *Turnstile) (gpu.Engine, err
 	if !ValidName(name) {
 		return nil, fmt.Errorf("%s %s: name %q: %s", class, es.Kind, name, NameRule)
 	}
-	e, err := k.build(name, es.URL, c)
+	e, err := k.New(name, es.URL, c.engineOptions())
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %v", class, es.Kind, err)
 	}
@@ -88,12 +90,12 @@ func (e *EngineError) Error() string { return e.err.Error() }
 func (e *EngineError) Unwrap() error { return e.err }
 
 // Shorthand is the URL of class's shorthand option (ollama for llm,
-// comfy for image).
+// comfy for image), "" if unset or if the class has none.
 func (s *Settings) Shorthand(class string) string {
-	if class == LLM {
-		return s.Ollama
+	if f := s.shorthandField(shorthandOption(class)); f != nil {
+		return *f
 	}
-	return s.Comfy
+	return ""
 }
 
 // engines are the engines of class as configured: the shorthand's first,
@@ -105,7 +107,8 @@ func (s *Settings) engines(class string) []EngineSettings {
 	}
 	var list []EngineSettings
 	if url := s.Shorthand(class); url != "" {
-		list = append(list, EngineSettings{Kind: shorthands[class].kind, URL: url})
+		k, _ := kinds.Shorthand(engine.Class(class))
+		list = append(list, EngineSettings{Kind: k.Name, URL: url})
 	}
 	return append(list, more...)
 }
@@ -134,7 +137,7 @@ func (s *Settings) EngineNamed(name string) (es EngineSettings, opt, class strin
 			switch {
 			case es.name() != name:
 			case i == 0 && s.Shorthand(class) != "":
-				return es, shorthands[class].option, class, true
+				return es, shorthandOption(class), class, true
 			default:
 				return es, class + " " + es.Kind, class, true
 			}

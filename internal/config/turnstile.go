@@ -10,7 +10,6 @@ import (
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/admit"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy"
 )
 
 // Turnstile is one turnstile's settings with defaults filled in and
@@ -30,9 +29,7 @@ type Turnstile struct {
 
 	Routes *route.Guard // this config's engines, against misrouting
 
-	comfy     *comfy.Client // the first ComfyUI engine's, for the comfy VRAM probe; nil if none
-	comfyName string        // that engine's name
-	warnings  []string      // options accepted with no effect (Warnings)
+	warnings []string // options accepted with no effect (Warnings)
 }
 
 // Validate checks the settings and returns them with defaults filled in

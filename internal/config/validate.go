@@ -2,11 +2,13 @@ package config
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/comfyui"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/kinds"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 )
 
@@ -45,12 +47,12 @@ func validateWarm(s Settings, c *Turnstile) error {
 		return nil
 	}
 	for _, e := range c.GPU.LLMs {
-		if kinds[e.Kind()].Warms {
+		if k, ok := kinds.Named(e.Kind()); ok && k.Warms {
 			c.GPU.WarmEngine = e
 			return nil
 		}
 	}
-	return fmt.Errorf("warm_model: %q needs an engine that can load it ahead (%s)", s.WarmModel, warmKinds())
+	return fmt.Errorf("warm_model: %q needs an engine that can load it ahead (%s)", s.WarmModel, kinds.WarmNames())
 }
 
 // validateBusy checks what a blocked LLM request is answered.
@@ -139,24 +141,58 @@ func validateLimits(s Settings, c *Turnstile) error {
 	return nil
 }
 
-// validateVRAM picks the probe min_free_vram reads the card with.
+// smiProbe is vram_probe's name for reading the card with nvidia-smi.
+const smiProbe = "nvidia-smi"
+
+// validateVRAM picks the probe min_free_vram reads the card with: through
+// an engine of a kind that can read it (the first such kind's is the
+// default), or nvidia-smi.
 func validateVRAM(s Settings, c *Turnstile) error {
-	switch s.VRAMProbe {
-	case "", "comfy":
-		if s.MinFreeVRAM > 0 {
-			if c.comfy == nil {
-				return fmt.Errorf("min_free_vram: the comfy probe needs comfy (a comfyui engine) or vram_probe nvidia-smi")
-			}
-			c.GPU.Probe = comfyui.Probe{Engine: c.comfyName, Client: c.comfy, Index: s.GPUIndex}
-		}
-	case "nvidia-smi":
+	if s.VRAMProbe == smiProbe {
 		if s.MinFreeVRAM > 0 {
 			// Looked for in PATH when the config loads (locate), never
 			// while it is adapted: adapting does not depend on the host.
 			c.GPU.Probe = gpu.SMIProbe{Index: s.GPUIndex}
 		}
-	default:
-		return fmt.Errorf("vram_probe: %q is neither comfy nor nvidia-smi", s.VRAMProbe)
+		return nil
+	}
+	name := s.VRAMProbe
+	if probes := kinds.Probes(); name == "" && len(probes) > 0 {
+		name = probes[0]
+	}
+	k, ok := kinds.ByProbe(name)
+	if !ok {
+		if s.VRAMProbe == "" {
+			return nil
+		}
+		return fmt.Errorf("vram_probe: %q is neither %s nor %s", s.VRAMProbe, strings.Join(kinds.Probes(), " nor "), smiProbe)
+	}
+	if s.MinFreeVRAM <= 0 {
+		return nil
+	}
+	e := c.firstOfKind(k.Name)
+	if e == nil {
+		needs := k.Shorthand
+		if needs == "" {
+			needs = string(k.Class) + " " + k.Name
+		}
+		return fmt.Errorf("min_free_vram: the %s probe needs %s (a %s engine) or vram_probe %s", k.Probe, needs, k.Name, smiProbe)
+	}
+	c.GPU.Probe = k.NewProbe(e, s.GPUIndex)
+	return nil
+}
+
+// firstOfKind is the config's first engine of kind, nil if none.
+func (c *Turnstile) firstOfKind(kind string) engine.Engine {
+	for _, e := range c.GPU.LLMs {
+		if e.Kind() == kind {
+			return e
+		}
+	}
+	for _, e := range c.GPU.Images {
+		if e.Kind() == kind {
+			return e
+		}
 	}
 	return nil
 }

@@ -6,7 +6,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine"
 )
 
 // An interrupt is sent again until the engine shows the job's end:
@@ -92,13 +92,13 @@ func (j *ImageJob) sendOnce(first bool) error {
 	var err error
 	if ri, ok := j.e.(RunningInterrupter); ok {
 		var landed bool
-		if landed, err = ri.InterruptRunning(ctx); err == nil || jsonhttp.Refused(err) {
+		if landed, err = ri.InterruptRunning(ctx); err == nil || engine.Refused(err) {
 			j.setFlag(&s.landed, landed)
 		}
 	} else {
 		err = j.e.Interrupt(ctx, s.id)
 	}
-	if err == nil || jsonhttp.Refused(err) {
+	if err == nil || engine.Refused(err) {
 		return nil
 	}
 	if first && !wasSet {

@@ -8,7 +8,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
 )
 
@@ -166,7 +166,7 @@ func (g *GPU) freeImage(ctx context.Context, c *Config, e ImageEngine) bool {
 		g.metrics.Step("free", e.Name(), took)
 		g.addEvent("free", took, e.Name())
 		g.log().Info(e.Name()+" freed", zap.Duration("duration", took))
-	case jsonhttp.Refused(err):
+	case engine.Refused(err):
 		g.reached(e, err)
 		g.log().Warn(e.Name()+" refuses connections: not running, so holding no GPU memory", zap.Error(err))
 	default:
@@ -259,14 +259,9 @@ func (g *GPU) reportNoGPUReading(engine string, err error) {
 	}
 }
 
-// upstreamKind is an engine's upstream label in the metrics: its kind, and
-// "comfy" for ComfyUI as before engines had kinds.
-func upstreamKind(e Engine) string {
-	if k := e.Kind(); k != "comfyui" {
-		return k
-	}
-	return "comfy"
-}
+// upstreamKind is an engine's upstream label in the metrics: its kind's
+// label (the labels before engines had kinds).
+func upstreamKind(e Engine) string { return engine.Label(e, false) }
 
 // warm loads warm_model in the background as a shared holder of the lock,
 // so an image job that arrives meanwhile waits for it to finish instead of

@@ -1,13 +1,13 @@
 package gpu
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu/ledger"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
 )
@@ -113,16 +113,6 @@ func (g *GPU) admittedLocked(a ledger.Admitted) *Admission {
 	return &Admission{g: g, led: a}
 }
 
-// oomTexts are what the engines answer when a model does not fit:
-// Ollama ("model requires more system memory ... than is available",
-// "cudaMalloc failed: out of memory" from its runner), llama.cpp
-// ("failed to allocate", "out of memory"), vLLM ("CUDA out of memory").
-var oomTexts = [][]byte{
-	[]byte("out of memory"),
-	[]byte("requires more system memory"),
-	[]byte("failed to allocate"),
-}
-
 // Done records the request's end: status is its answer's, head the start
 // of an error answer's body (nil otherwise). An engine's answer that it
 // ran out of memory for the model forgets the model's footprint: from
@@ -140,15 +130,9 @@ func (a *Admission) Done(status int, head []byte) {
 	}
 }
 
-func isOOM(head []byte) bool {
-	lower := bytes.ToLower(head)
-	for _, t := range oomTexts {
-		if bytes.Contains(lower, t) {
-			return true
-		}
-	}
-	return false
-}
+// isOOM reports whether an error answer's start says the model did not
+// fit, in the words of any kind of engine (engine.OutOfMemory).
+func isOOM(head []byte) bool { return engine.OutOfMemory(head) }
 
 // MemoryCause says why model waits or is refused, for a busy answer.
 func (g *GPU) MemoryCause(model string) string {

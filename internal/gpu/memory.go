@@ -3,7 +3,6 @@ package gpu
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -243,8 +242,8 @@ func (g *GPU) cardKey(uuid string) string {
 	return g.name
 }
 
-// modelKey is the name memory-aware admission keys a model by: Ollama
-// lists "llama3.2" as "llama3.2:latest", which is the same model.
+// modelKey is the name memory-aware admission keys a model by: the same
+// model as each engine kind names it (engine.ModelKey).
 func modelKey(name string) string {
-	return strings.TrimSuffix(strings.TrimSpace(name), ":latest")
+	return engine.ModelKey(name)
 }

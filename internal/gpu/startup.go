@@ -9,7 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
 )
 
@@ -212,7 +212,7 @@ func (g *GPU) setProbing(on bool) { g.update(func() { g.act.probing = on }) }
 func (g *GPU) probeImage(ctx context.Context, c *Config, e ImageEngine) bool {
 	running, pending, err := g.probeQueue(ctx, e)
 	switch {
-	case err != nil && !jsonhttp.Refused(err):
+	case err != nil && !engine.Refused(err):
 		g.owe(e)
 		g.log().Warn(e.Name()+" queue unknown; its watch takes over, and it is freed before LLM use",
 			zap.String("url", RedactURL(e.URL())), zap.Error(err))
@@ -283,7 +283,7 @@ func (g *GPU) probeQueue(ctx context.Context, e ImageEngine) (running, pending i
 	for {
 		running, pending, err = e.Queue(ctx)
 		g.reached(e, err)
-		if err == nil || jsonhttp.Refused(err) || ctx.Err() != nil {
+		if err == nil || engine.Refused(err) || ctx.Err() != nil {
 			return running, pending, err
 		}
 		select {

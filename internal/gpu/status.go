@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
 )
 
@@ -180,8 +181,8 @@ func (r *engineRun) imageReach() *bool {
 }
 
 // upstreamsLocked fills the status's older per-upstream map, one entry
-// per engine, keyed "ollama" and "comfy" for those two, by name
-// otherwise; g.mu is held.
+// per engine, keyed by its kind's label for an engine named after its
+// kind, by name otherwise; g.mu is held.
 func (g *GPU) upstreamsLocked(c *Config, into map[string]UpstreamStatus) {
 	for _, e := range c.LLMs {
 		into[upstreamKey(e)] = UpstreamStatus{URL: RedactURL(e.URL()), Reachable: g.runLocked(e.Name()).up.get()}
@@ -189,7 +190,7 @@ func (g *GPU) upstreamsLocked(c *Config, into map[string]UpstreamStatus) {
 	for _, e := range c.Images {
 		run := g.runLocked(e.Name())
 		us := UpstreamStatus{URL: RedactURL(e.URL()), Reachable: run.imageReach()}
-		if e.Kind() == "comfyui" { // its watch is a websocket
+		if k := engine.KindOf(e); k != nil && k.Watch == engine.WatchSocket {
 			ws := run.ws
 			us.Websocket = &ws
 		}
@@ -200,17 +201,10 @@ func (g *GPU) upstreamsLocked(c *Config, into map[string]UpstreamStatus) {
 	}
 }
 
-// upstreamKey is e's key in the upstreams map: "ollama" or "comfy" for
-// an engine named after its kind, its name for any other.
-func upstreamKey(e Engine) string {
-	switch {
-	case e.Name() == "ollama" && e.Kind() == "ollama":
-		return "ollama"
-	case e.Name() == "comfyui" && e.Kind() == "comfyui":
-		return "comfy"
-	}
-	return e.Name()
-}
+// upstreamKey is e's key in the upstreams map: its kind's label for an
+// engine named after its kind (the keys before engines had names), its
+// name for any other.
+func upstreamKey(e Engine) string { return engine.Label(e, true) }
 
 // History returns the recorded entries newer than since (all if zero),
 // oldest first.

@@ -6,24 +6,13 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/kinds"
 )
 
 // API is the error shape of an engine API: the one its clients parse.
-type API uint8
-
-const (
-	// Ollama answers {"error": "..."}, which is also the shape of a
-	// route whose API is not known.
-	Ollama API = iota
-	// OpenAI (/v1/ on every LLM engine, llama.cpp, llama-swap and vLLM
-	// everywhere) answers {"error": {"message", "type", "param", "code"}}.
-	OpenAI
-	// ComfyUI answers {"error": {"type", "message", "details",
-	// "extra_info"}, "node_errors": {}}.
-	ComfyUI
-	// A1111 (and Forge) answers {"error", "detail", "body", "errors"}.
-	A1111
-)
+type API = engine.Dialect
 
 // Error is an answer the turnstile gives in place of an engine's.
 type Error struct {
@@ -41,67 +30,14 @@ type Error struct {
 // that an engine of kind serves ("" if not known). An image engine
 // answers in its own shape on every route; on an LLM engine, /v1/ is
 // OpenAI's; an unknown engine is guessed from the route.
-func ShapeOf(path, kind string) API {
-	switch kind {
-	case "comfyui":
-		return ComfyUI
-	case "a1111":
-		return A1111
-	}
-	switch {
-	case strings.HasPrefix(path, "/v1/") || strings.HasPrefix(path, "/v/"):
-		return OpenAI
-	case strings.HasPrefix(path, "/sdapi/"):
-		return A1111
-	}
-	switch kind {
-	case "ollama":
-		return Ollama
-	case "llamacpp", "llamaswap", "vllm":
-		return OpenAI
-	}
-	if RouteKind(path) == "comfyui" {
-		return ComfyUI
-	}
-	return Ollama
-}
-
-// comfyRoutes are the first segments of ComfyUI's routes, which it also
-// serves under /api/.
-var comfyRoutes = map[string]bool{
-	"prompt": true, "queue": true, "history": true, "ws": true, "view": true, "view_metadata": true,
-	"upload": true, "object_info": true, "system_stats": true, "interrupt": true, "free": true,
-	"extensions": true, "settings": true, "userdata": true, "users": true, "internal": true,
-	"embeddings": true, "experiment": true, "features": true, "jobs": true,
-}
-
-// ollamaRoutes are the first segments after /api/ of Ollama's routes.
-var ollamaRoutes = map[string]bool{
-	"generate": true, "chat": true, "embed": true, "embeddings": true, "tags": true, "show": true,
-	"ps": true, "version": true, "pull": true, "push": true, "create": true, "copy": true,
-	"delete": true, "blobs": true,
-}
+func ShapeOf(path, kind string) API { return kinds.Shape(path, kind) }
 
 // RouteKind is the kind of engine that serves path (cleaned, lower case)
-// by its route alone: "comfyui", "a1111", "ollama", or "" when the route
-// does not say (OpenAI's /v1/, which every LLM engine serves, among
-// them). Ollama's and ComfyUI's /api/ routes are told apart by name.
+// by its route alone, or "" when the route does not say (OpenAI's /v1/,
+// which every LLM engine serves, among them).
 func RouteKind(path string) string {
-	if strings.HasPrefix(path, "/sdapi/") {
-		return "a1111"
-	}
-	rest, api := strings.CutPrefix(path, "/api/")
-	if !api {
-		rest = strings.TrimPrefix(path, "/")
-	}
-	first, _, _ := strings.Cut(rest, "/")
-	switch {
-	case api && ollamaRoutes[first]:
-		return "ollama"
-	case comfyRoutes[first]:
-		return "comfyui"
-	case api:
-		return "ollama"
+	if k := kinds.Guess(path); k != nil {
+		return k.Name
 	}
 	return ""
 }
@@ -139,15 +75,15 @@ func Write(w http.ResponseWriter, api API, e Error) {
 // body is e in the shape api.
 func (e Error) body(api API) any {
 	switch api {
-	case OpenAI:
+	case engine.DialectOpenAI:
 		return map[string]any{"error": map[string]any{"message": e.Message, "type": openAIType(e.Status), "param": nil, "code": e.Code}}
-	case ComfyUI:
+	case engine.DialectComfyUI:
 		return map[string]any{
 			"error":       map[string]any{"type": e.Code, "message": e.Message, "details": "", "extra_info": map[string]any{}},
 			"node_errors": map[string]any{},
 		}
-	case A1111:
-		return map[string]any{"error": a1111Name(e.Code), "detail": e.Message, "body": "", "errors": e.Message}
+	case engine.DialectA1111:
+		return map[string]any{"error": errorName(e.Code), "detail": e.Message, "body": "", "errors": e.Message}
 	}
 	return map[string]string{"error": e.Message}
 }
@@ -163,9 +99,9 @@ func openAIType(status int) string {
 	return "server_error"
 }
 
-// a1111Name is A1111's error name (a Python exception's, in CamelCase)
+// errorName is A1111's error name (a Python exception's, in CamelCase)
 // for code.
-func a1111Name(code string) string {
+func errorName(code string) string {
 	if code == "gpu_busy" {
 		return "GPUBusy"
 	}

@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine"
+
 	"encoding/json"
 	"net/http/httptest"
 	"strings"
@@ -75,3 +77,11 @@ func TestWriteShapes(t *testing.T) {
 		t.Errorf("timeout with no engine named: %+v", d)
 	}
 }
+
+// The dialects by the names the tables above use.
+const (
+	Ollama  = engine.DialectOllama
+	OpenAI  = engine.DialectOpenAI
+	ComfyUI = engine.DialectComfyUI
+	A1111   = engine.DialectA1111
+)

@@ -5,23 +5,67 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strings"
 )
 
-// Table is what classification knows of the engines' routes: the job
-// routes of each kind of image engine, and the LLM kinds that serve an
-// image kind's job routes as LLM work. internal/config builds it from its
-// registry of kinds.
+// Table is what classification knows of the engines' routes: each kind's
+// LLM routes, the job routes of each kind of image engine, and the LLM
+// kinds that serve an image kind's job routes as LLM work. It is built
+// from the registry of kinds (internal/engine/kinds).
 type Table struct {
-	jobs   map[string]string // job route (cleaned, lower case) → image kind
-	serves map[string]string // LLM kind → the image kind whose job routes it serves
+	llm        map[string]bool   // POST to these cleaned paths is LLM work
+	prefixes   []string          // POST under these is LLM work
+	anyMethod  []string          // roots loading a model whatever the method
+	anyFirst   [256]bool         // the second bytes (lower and upper case) of anyMethod's roots
+	anyShort   int               // the length of the shortest anyMethod root
+	modelQuery bool              // a request naming ?model= is LLM work
+	jobs       map[string]string // job route (cleaned, lower case) → image kind
+	serves     map[string]string // LLM kind → the image kind whose job routes it serves
 }
 
-// NewTable makes the table of job routes jobs (cleaned, lower-case path →
-// image kind) and serves (LLM kind → image kind whose job routes it
-// serves as LLM work).
-func NewTable(jobs, serves map[string]string) *Table {
-	return &Table{jobs: jobs, serves: serves}
+// KindRoutes are one kind's routes, as cleaned, lower-case paths.
+type KindRoutes struct {
+	Kind         string
+	LLM          []string // a POST to these is LLM work
+	LLMPrefixes  []string // a POST under these (ending in /) is LLM work
+	AnyMethod    []string // at or under these roots, any method is LLM work
+	ModelQuery   bool     // a request of any method naming ?model= is LLM work
+	Jobs         []string // a POST to these starts a job on an image engine
+	ServesJobsOf string   // the image kind whose job routes this LLM kind serves
+}
+
+// NewTable makes the table of kinds' routes.
+func NewTable(kinds []KindRoutes) *Table {
+	t := &Table{llm: map[string]bool{}, jobs: map[string]string{}, serves: map[string]string{}}
+	for _, k := range kinds {
+		for _, p := range k.LLM {
+			t.llm[p] = true
+		}
+		for _, p := range k.LLMPrefixes {
+			if !slices.Contains(t.prefixes, p) {
+				t.prefixes = append(t.prefixes, p)
+			}
+		}
+		for _, p := range k.AnyMethod {
+			if !slices.Contains(t.anyMethod, p) && len(p) > 1 {
+				t.anyMethod = append(t.anyMethod, p)
+				t.anyFirst[p[1]], t.anyFirst[strings.ToUpper(p[1:2])[0]] = true, true
+				if t.anyShort == 0 || len(p) < t.anyShort {
+					t.anyShort = len(p)
+				}
+			}
+		}
+		t.modelQuery = t.modelQuery || k.ModelQuery
+		for _, p := range k.Jobs {
+			t.jobs[p] = k.Kind
+		}
+		if k.ServesJobsOf != "" {
+			t.serves[k.Kind] = k.ServesJobsOf
+		}
+	}
+	t.anyFirst['/'] = len(t.anyMethod) > 0
+	return t
 }
 
 // Class is what a request needs of the GPU.
@@ -60,29 +104,26 @@ func ParseClass(s string) (Class, error) {
 
 // Classify decides a request's class from its method and path, as the
 // engines would route it. Only POST loads a model or starts a job, but for
-// two routes that load on demand whatever the method: llama-swap's
-// /upstream/..., and a llama.cpp router's GET routes that carry ?model=.
-// The path is cleaned and lower-cased first, so that no spelling of a
-// model route ("//api/chat", "/API/CHAT", "/api/chat/", "/v1/../api/chat")
-// slips through as passthrough; a spelling the upstream would reject then
-// merely takes the lock for the length of its error answer.
+// the routes that load on demand whatever the method (AnyMethod,
+// ModelQuery). The path is cleaned and lower-cased first, so that no
+// spelling of a model route ("//api/chat", "/API/CHAT", "/api/chat/",
+// "/v1/../api/chat") slips through as passthrough; a spelling the upstream
+// would reject then merely takes the lock for the length of its error
+// answer.
 func (t *Table) Classify(r *http.Request) Class {
 	if r.Method != http.MethodPost {
-		return classifyOther(r)
+		return t.classifyOther(r)
 	}
 	p := CleanPath(r)
-	switch p {
-	case "/api/generate", "/api/chat", "/api/embed", "/api/embeddings",
-		"/completion", "/completions", "/chat/completions", "/responses",
-		"/embedding", "/embeddings", "/infill", "/rerank", "/reranking",
-		"/tokenize", "/detokenize", "/apply-template", "/audio/transcriptions",
-		"/models/load", "/lora-adapters":
-		// Ollama's, and llama.cpp's own beside the /v1/ ones (in router
-		// mode each autoloads the model it names, /tokenize too).
+	if t.llm[p] {
 		return LLM
 	}
-	// /v/ is llama-swap's versionless form of its /v1/ routes.
-	if strings.HasPrefix(p, "/v1/") || strings.HasPrefix(p, "/v/") || strings.HasPrefix(p, "/upstream/") || p == "/audioapi/v1/tasks/run" {
+	for _, pre := range t.prefixes {
+		if strings.HasPrefix(p, pre) {
+			return LLM
+		}
+	}
+	if t.underAnyMethod(p) {
 		return LLM
 	}
 	if t.ImageKind(p) != "" {
@@ -92,22 +133,32 @@ func (t *Table) Classify(r *http.Request) Class {
 }
 
 // classifyOther classifies a request that is not a POST: passthrough,
-// unless it loads a model on demand (llama-swap's /upstream/..., a
-// llama.cpp router's GET that names a model).
-func classifyOther(r *http.Request) Class {
-	if r.URL.RawQuery != "" && hasModelQuery(r.URL.RawQuery) {
+// unless it loads a model on demand (an AnyMethod root, a ?model= query).
+func (t *Table) classifyOther(r *http.Request) Class {
+	if t.modelQuery && r.URL.RawQuery != "" && hasModelQuery(r.URL.RawQuery) {
 		return LLM
 	}
-	// Only a path that starts /u, /U or // can be /upstream/...: clients
-	// resolve dot segments before sending, and llama-swap's router does
-	// not. The common request is passed at once.
-	if raw := r.URL.Path; len(raw) < 9 || (raw[1] != 'u' && raw[1] != 'U' && raw[1] != '/') {
+	// Only a path whose second byte is a root's (either case) or a slash
+	// can be under a root: clients resolve dot segments before sending.
+	// The common request is passed at once.
+	if raw := r.URL.Path; len(raw) < t.anyShort || len(raw) < 2 || !t.anyFirst[raw[1]] {
 		return Passthrough
 	}
-	if p := CleanPath(r); p == "/upstream" || strings.HasPrefix(p, "/upstream/") {
+	if t.underAnyMethod(CleanPath(r)) {
 		return LLM
 	}
 	return Passthrough
+}
+
+// underAnyMethod reports whether the cleaned path p is at or under a root
+// where any method loads a model.
+func (t *Table) underAnyMethod(p string) bool {
+	for _, root := range t.anyMethod {
+		if p == root || (strings.HasPrefix(p, root) && p[len(root)] == '/') {
+			return true
+		}
+	}
+	return false
 }
 
 // ImageKind is the kind of image engine a POST to the cleaned path p

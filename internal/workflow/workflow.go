@@ -1,8 +1,9 @@
 // Package workflow names what in an image job decides how much video memory it takes.
 //
-// Signature reads the JSON body of a ComfyUI or Automatic1111/Forge job and returns a
-// short, stable key: the models the job loads and the size of the images it makes, and
-// nothing that does not change the memory peak (seeds, prompt text, sampler steps, client
+// Key, over what NodeGraph (ComfyUI) or Generation and Upscale (Automatic1111/Forge) read
+// of a job's JSON body, is a short, stable key: the models the job loads and the size of
+// the images it makes, and nothing that does not change the memory peak (seeds, prompt
+// text, sampler steps, client
 // ids). Two jobs with the same key are expected to peak at the same video memory, so the
 // key is what a learned memory peak is stored under.
 //
@@ -40,26 +41,15 @@ const maxLen = 512
 // cutLen is how much of an over-long signature is kept before its hash.
 const cutLen = 480
 
-// Signature returns the key under which an image job's memory peak is learned: what in the
-// job decides how much video memory it takes. kind is the image engine's kind ("comfyui" or "a1111"),
-// path the request's path, body the JSON request body (possibly truncated: at most the first 8 MiB).
-// It returns "" when the body is not a job it can read (then the job counts as never measured).
-func Signature(kind, path string, body []byte) string {
-	var sig string
-	switch kind {
-	case "comfyui":
-		if path == "/prompt" || path == "/api/prompt" {
-			sig = comfy(body)
-		}
-	case "a1111":
-		switch path {
-		case "/sdapi/v1/txt2img", "/sdapi/v1/img2img":
-			sig = a1111(body)
-		case "/sdapi/v1/extra-single-image", "/sdapi/v1/extra-batch-images":
-			sig = extras(body)
-		}
+// Key returns the key under which an image job's memory peak is learned: kind, ":", and
+// sig, what in the job decides how much video memory it takes (NodeGraph, Generation,
+// Upscale, as the engine's kind reads its jobs). It returns "" for an empty sig: a job that
+// could not be read counts as never measured.
+func Key(kind, sig string) string {
+	if sig == "" {
+		return ""
 	}
-	return bound(sig)
+	return bound(kind + ":" + sig)
 }
 
 // bound keeps a signature within maxLen bytes: a longer one is cut and its hash appended,
@@ -96,9 +86,9 @@ type comfyPrompt struct {
 	Prompt json.RawMessage `json:"prompt"`
 }
 
-// comfy is the signature of a ComfyUI /prompt body: the sorted, unique model names of its
-// nodes, then the sorted sizes of its empty latents.
-func comfy(body []byte) string {
+// NodeGraph is the signature of a ComfyUI /prompt body: the sorted, unique model names of
+// its nodes, then the sorted sizes of its empty latents.
+func NodeGraph(body []byte) string {
 	var p comfyPrompt
 	if !decode(body, &p) || !isObject(p.Prompt) {
 		return ""
@@ -140,7 +130,6 @@ func comfy(body []byte) string {
 	slices.Sort(latents)
 
 	var b strings.Builder
-	b.WriteString("comfyui:")
 	b.WriteString(strings.Join(models, "+"))
 	for _, l := range latents {
 		b.WriteByte('@')
@@ -222,9 +211,10 @@ type a1111Job struct {
 	HRResizeY json.RawMessage `json:"hr_resize_y"`
 }
 
-// a1111 is the signature of a txt2img or img2img body: CHECKPOINT@WxHxB, then +hrSCALE
-// (or +hrXxY when the body asks for a hires size rather than a scale) when hires is on.
-func a1111(body []byte) string {
+// Generation is the signature of an A1111 txt2img or img2img body: CHECKPOINT@WxHxB, then
+// +hrSCALE (or +hrXxY when the body asks for a hires size rather than a scale) when hires
+// is on.
+func Generation(body []byte) string {
 	var j a1111Job
 	if !decode(body, &j) {
 		return ""
@@ -234,7 +224,6 @@ func a1111(body []byte) string {
 		checkpoint = "current"
 	}
 	var b strings.Builder
-	b.WriteString("a1111:")
 	b.WriteString(checkpoint)
 	b.WriteByte('@')
 	b.WriteString(orDefault(j.Width, "512"))
@@ -288,9 +277,9 @@ type a1111Extras struct {
 	Upscaler1 json.RawMessage `json:"upscaler_1"`
 }
 
-// extras is the signature of an upscale (extras) job: the first upscaler's name, "None"
-// (A1111's default: no upscaler) when the body names none.
-func extras(body []byte) string {
+// Upscale is the signature of an A1111 upscale (extras) job: "extras:" and the first
+// upscaler's name, "None" (A1111's default: no upscaler) when the body names none.
+func Upscale(body []byte) string {
 	var e a1111Extras
 	if !decode(body, &e) {
 		return ""
@@ -299,5 +288,5 @@ func extras(body []byte) string {
 	if name == "" {
 		name = "None"
 	}
-	return "a1111:extras:" + name
+	return "extras:" + name
 }

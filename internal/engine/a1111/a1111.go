@@ -39,9 +39,12 @@ func New(name string, c *a1111.Client, progress, poll time.Duration) *Engine {
 	return e
 }
 
-func (e *Engine) Kind() string { return "a1111" }
-func (e *Engine) Name() string { return e.name }
-func (e *Engine) URL() string  { return e.c.URL() }
+func (e *Engine) Kind() string { return Kind.Name }
+
+// Descriptor implements engine.Described.
+func (e *Engine) Descriptor() *engine.Kind { return Kind }
+func (e *Engine) Name() string             { return e.name }
+func (e *Engine) URL() string              { return e.c.URL() }
 
 // Synchronous implements engine.Image: the answer comes at the job's end.
 func (e *Engine) Synchronous() bool { return true }

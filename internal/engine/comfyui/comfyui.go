@@ -30,9 +30,12 @@ func New(name string, c *comfy.Client, o Options) *Engine {
 	return &Engine{name: name, c: c, Options: o}
 }
 
-func (e *Engine) Kind() string { return "comfyui" }
-func (e *Engine) Name() string { return e.name }
-func (e *Engine) URL() string  { return e.c.URL() }
+func (e *Engine) Kind() string { return Kind.Name }
+
+// Descriptor implements engine.Described.
+func (e *Engine) Descriptor() *engine.Kind { return Kind }
+func (e *Engine) Name() string             { return e.name }
+func (e *Engine) URL() string              { return e.c.URL() }
 
 // Synchronous implements engine.Image: a prompt is queued, and its
 // prompt_id followed to the job's end.

@@ -31,9 +31,12 @@ func New(name string, c *llamacpp.Client, poll time.Duration) *Engine {
 	return &Engine{name: name, c: c, poll: poll}
 }
 
-func (e *Engine) Kind() string { return "llamacpp" }
-func (e *Engine) Name() string { return e.name }
-func (e *Engine) URL() string  { return e.c.URL() }
+func (e *Engine) Kind() string { return Kind.Name }
+
+// Descriptor implements engine.Described.
+func (e *Engine) Descriptor() *engine.Kind { return Kind }
+func (e *Engine) Name() string             { return e.name }
+func (e *Engine) URL() string              { return e.c.URL() }
 
 // router fails with engine.ErrCannotEmpty unless the server runs in
 // router mode.

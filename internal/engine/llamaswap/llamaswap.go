@@ -22,9 +22,12 @@ type Engine struct {
 // New adapts c, the engine named name.
 func New(name string, c *llamaswap.Client) *Engine { return &Engine{name: name, c: c} }
 
-func (e *Engine) Kind() string { return "llamaswap" }
-func (e *Engine) Name() string { return e.name }
-func (e *Engine) URL() string  { return e.c.URL() }
+func (e *Engine) Kind() string { return Kind.Name }
+
+// Descriptor implements engine.Described.
+func (e *Engine) Descriptor() *engine.Kind { return Kind }
+func (e *Engine) Name() string             { return e.name }
+func (e *Engine) URL() string              { return e.c.URL() }
 
 // Loaded implements engine.LLM: the models whose server runs (starting,
 // ready or stopping).

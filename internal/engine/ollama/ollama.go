@@ -37,9 +37,12 @@ func New(name string, c *ollama.Client, poll time.Duration) *Engine {
 	return &Engine{name: name, c: c, poll: poll}
 }
 
-func (o *Engine) Kind() string { return "ollama" }
-func (o *Engine) Name() string { return o.name }
-func (o *Engine) URL() string  { return o.c.URL() }
+func (o *Engine) Kind() string { return Kind.Name }
+
+// Descriptor implements engine.Described.
+func (o *Engine) Descriptor() *engine.Kind { return Kind }
+func (o *Engine) Name() string             { return o.name }
+func (o *Engine) URL() string              { return o.c.URL() }
 
 // Loaded implements engine.LLM through /api/ps.
 func (o *Engine) Loaded(ctx context.Context) ([]string, error) {

@@ -37,9 +37,12 @@ func New(name string, c *vllm.Client, poll time.Duration) *Engine {
 	return &Engine{name: name, c: c, poll: poll}
 }
 
-func (e *Engine) Kind() string { return "vllm" }
-func (e *Engine) Name() string { return e.name }
-func (e *Engine) URL() string  { return e.c.URL() }
+func (e *Engine) Kind() string { return Kind.Name }
+
+// Descriptor implements engine.Described.
+func (e *Engine) Descriptor() *engine.Kind { return Kind }
+func (e *Engine) Name() string             { return e.name }
+func (e *Engine) URL() string              { return e.c.URL() }
 
 // noSleep explains a vLLM without its sleep routes.
 func (e *Engine) noSleep(err error) error {
