@@ -30,7 +30,7 @@ func (h *Handler) answerEngineDown(w http.ResponseWriter, r *http.Request, c rou
 	if e := h.engineOf(r, c); e != nil {
 		name, kind = e.Name(), e.Kind()
 		if he.StatusCode != http.StatusGatewayTimeout {
-			h.ts.NoteUnreachable(name, he.Err)
+			h.ts.gpu.NoteUnreachable(name, he.Err)
 		}
 	}
 	httpapi.WriteEngineDown(w, r, route.CleanPath(r), he, name, kind, h.ts.log())

@@ -3,15 +3,12 @@ package turnstile
 import (
 	"context"
 	"net/http"
-	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"go.uber.org/zap"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/admit"
 	tcfg "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/workflow"
 )
@@ -32,17 +29,18 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 	}
 	deadline := admit.Arrival(r).Add(c.ImageWait)
 	ticket, err := ts.budget.Admit(w, r, c.Limits(imageBodyLimit, ts.log()), deadline)
-	if err != nil {
-		return ts.notAdmitted(w, r, c, e, err, deadline)
+	if err == nil {
+		defer ticket.Done()
+		_, err = ts.gpu.RunImage(gpu.WithWaiter(r.Context(), ticket.Waiter(r, false)), gpu.ImageRun{
+			Engine: e.Name(), Deadline: deadline, Waited: ticket.StopWaiting, Workflow: workflowOf(c, e, r, ticket),
+			Forward: func(ctx context.Context, f *gpu.Forwarded) {
+				admit.Forward(ctx, w, r, next, f, ts.captureLimit(e))
+			},
+		})
 	}
-	defer ticket.Done()
-	_, err = ts.RunImage(gpu.WithWaiter(r.Context(), ticket.Waiter(r, false)), gpu.ImageRun{
-		Engine: e.Name(), Deadline: deadline, Waited: ticket.StopWaiting, Workflow: workflowOf(c, e, r, ticket),
-		Forward: func(ctx context.Context, f *gpu.Forwarded) {
-			admit.Forward(ctx, w, r, next, f, ts.captureLimit(e))
-		},
-	})
-	return ts.answerImage(w, r, c, e, err)
+	reason, err := ts.answers(c).Image(w, r, e, err, deadline)
+	ts.metrics.busy(reason)
+	return err
 }
 
 // workflowOf is the signature of the job's workflow, under which its
@@ -52,19 +50,6 @@ func workflowOf(c *config, e gpu.ImageEngine, r *http.Request, t *admit.Ticket) 
 		return ""
 	}
 	return workflow.Signature(e.Kind(), route.CleanPath(r), t.Head(imageBodyLimit))
-}
-
-// answerImage answers an image request as RunImage ended it.
-func (ts *turnstile) answerImage(w http.ResponseWriter, r *http.Request, c *config, e gpu.ImageEngine, err error) error {
-	ans, down, ok := httpapi.ImageRefusal(err, e)
-	if !ok {
-		return ts.notAdmitted(w, r, c, e, err, time.Time{})
-	}
-	if down {
-		ts.log().Error("image engine not reachable as the job was readied; answered the client in its API's shape",
-			zap.String("engine", e.Name()), zap.Error(err))
-	}
-	return httpapi.WriteImage(w, e, ans)
 }
 
 // captureLimit is how much of e's answer to a job is kept to read its

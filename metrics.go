@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
 )
 
@@ -199,10 +200,27 @@ func newTurnstileMetrics(name string) *turnstileMetrics {
 
 // Waited implements gpu.Metrics.
 func (m *turnstileMetrics) Waited(kind lock.State, d time.Duration) {
-	if kind == lock.Hold {
+	switch kind {
+	case lock.Hold:
 		m.waitHold.Observe(d.Seconds())
-	} else {
+	case lock.LLM:
+		m.waitLLM.Observe(d.Seconds())
+	default:
 		m.waitImage.Observe(d.Seconds())
+	}
+}
+
+// busy counts a busy answer by its reason (httpapi.Busy*; "" for none).
+func (m *turnstileMetrics) busy(reason string) {
+	switch reason {
+	case httpapi.BusyReject:
+		m.busyReject.Inc()
+	case httpapi.BusyTimeout:
+		m.busyTimeout.Inc()
+	case httpapi.BusyOverload:
+		m.busyOverload.Inc()
+	case httpapi.BusyVRAM:
+		m.busyVRAM.Inc()
 	}
 }
 

@@ -249,8 +249,8 @@ func isOOM(head []byte) bool {
 	return false
 }
 
-// MemoryCause says why model waits or is refused, for a busy answer.
-func (g *GPU) MemoryCause(model string) string {
+// memoryCause says why model waits or is refused, for a busy answer.
+func (g *GPU) memoryCause(model string) string {
 	model = modelKey(model)
 	c := g.cfg()
 	g.mu.Lock()
