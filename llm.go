@@ -10,14 +10,6 @@ import (
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 )
 
-// waitBodyLimit bounds how much of a request body is read into memory
-// before the request waits for the GPU. Reading the body to its end is
-// what lets Go's server notice a client that goes away while waiting; a
-// larger body waits with its rest unread (llm_wait_timeout still bounds
-// the wait). What all waiting requests buffer together is bounded by
-// wait_buffer_limit (internal/admit).
-const waitBodyLimit = 8 << 20
-
 // serveLLM serves a request that shares the GPU with other LLM requests:
 // at once if the GPU is free for LLM use (no buffering, no allocation),
 // else as gpu.ServeLLM decides. With vram_admission the model a request
@@ -31,7 +23,7 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 	}
 	served := ts.gpu.ServeLLM(r.Context(), gpu.LLMRun{
 		Reject: c.Reject, Wait: c.LLMWait, Arrival: admit.Arrival(r), DuringJob: h.DuringJob != "",
-		Body: &admit.LLMBody{Budget: &ts.budget, Limits: c.Limits(waitBodyLimit, ts.log()), W: w, R: r},
+		Body: &admit.LLMBody{Budget: &ts.budget, Limits: c.Limits(admit.LLMBodyLimit, ts.log()), W: w, R: r},
 		Forward: func(a *gpu.Answered) error {
 			if a == nil {
 				return next.ServeHTTP(w, r)

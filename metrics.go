@@ -7,7 +7,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
 )
 
@@ -177,8 +176,6 @@ func registerMetrics(reg *prometheus.Registry) error {
 type turnstileMetrics struct {
 	name                         string
 	waitLLM, waitImage, waitHold prometheus.Observer
-	busyReject, busyTimeout      prometheus.Counter
-	busyOverload, busyVRAM       prometheus.Counter
 	misrouted                    prometheus.Counter
 	upstreamErrors               *prometheus.CounterVec
 }
@@ -189,10 +186,6 @@ func newTurnstileMetrics(name string) *turnstileMetrics {
 		waitLLM:        lockWait.WithLabelValues(name, "llm"),
 		waitImage:      lockWait.WithLabelValues(name, "image"),
 		waitHold:       lockWait.WithLabelValues(name, "hold"),
-		busyReject:     busyAnswers.WithLabelValues(name, "reject"),
-		busyTimeout:    busyAnswers.WithLabelValues(name, "timeout"),
-		busyOverload:   busyAnswers.WithLabelValues(name, "overload"),
-		busyVRAM:       busyAnswers.WithLabelValues(name, "vram"),
 		misrouted:      misrouted.WithLabelValues(name),
 		upstreamErrors: upstreamErrors,
 	}
@@ -212,15 +205,8 @@ func (m *turnstileMetrics) Waited(kind lock.State, d time.Duration) {
 
 // busy counts a busy answer by its reason (httpapi.Busy*; "" for none).
 func (m *turnstileMetrics) busy(reason string) {
-	switch reason {
-	case httpapi.BusyReject:
-		m.busyReject.Inc()
-	case httpapi.BusyTimeout:
-		m.busyTimeout.Inc()
-	case httpapi.BusyOverload:
-		m.busyOverload.Inc()
-	case httpapi.BusyVRAM:
-		m.busyVRAM.Inc()
+	if reason != "" {
+		busyAnswers.WithLabelValues(m.name, reason).Inc()
 	}
 }
 
