@@ -12,7 +12,7 @@ func (ts *turnstile) answers(c *config) httpapi.Answers {
 	return httpapi.Answers{
 		BusyStatus: c.BusyStatus, LLMWait: c.LLMWait, ImageWait: c.ImageWait,
 		Limits:     c.Limits(0, ts.log()),
-		RetryAfter: func() int { return retryAfterSeconds(ts.retryAfter(c)) },
+		RetryAfter: func() int { return httpapi.Seconds(ts.retryAfter(c)) },
 		State:      func() string { return ts.gpu.State().String() },
 		Log:        ts.log(),
 	}

@@ -50,7 +50,7 @@ func (ts *turnstile) HoldWait() (time.Duration, bool) {
 }
 
 // RetryAfter implements httpapi.Config.
-func (ts *turnstile) RetryAfter() int { return retryAfterSeconds(ts.retryAfter(ts.cfg())) }
+func (ts *turnstile) RetryAfter() int { return httpapi.Seconds(ts.retryAfter(ts.cfg())) }
 
 // StatusHandler answers with a turnstile's status: JSON by default, the
 // live status page for browsers (Accept: text/html, or ?view=html), the
@@ -94,7 +94,7 @@ func (h *StatusHandler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	ts, err := lookupTurnstile(ctx, h.Turnstile)
+	ts, _, err := lookupTurnstile(ctx, h.Turnstile)
 	if err != nil {
 		return err
 	}

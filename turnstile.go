@@ -130,23 +130,23 @@ func (a *App) Cleanup() error {
 }
 
 // lookupTurnstile returns the runtime of the named turnstile of the
-// config being provisioned.
-func lookupTurnstile(ctx caddy.Context, name string) (*turnstile, error) {
+// config being provisioned, and that config's settings of it.
+func lookupTurnstile(ctx caddy.Context, name string) (*turnstile, *config, error) {
 	name = tcfg.OrDefault(name)
 	appIface, err := ctx.App("gpu_turnstile")
 	if err != nil {
-		return nil, fmt.Errorf("gpu_turnstile: loading the app: %v", err)
+		return nil, nil, fmt.Errorf("gpu_turnstile: loading the app: %v", err)
 	}
 	app := appIface.(*App)
 	ts, ok := app.runtimes[name]
 	if !ok {
 		known := app.names()
 		if len(known) == 0 {
-			return nil, fmt.Errorf("gpu_turnstile: no turnstile named %q: add the global option `gpu_turnstile { ollama ... comfy ... }`", name)
+			return nil, nil, fmt.Errorf("gpu_turnstile: no turnstile named %q: add the global option `gpu_turnstile { ollama ... comfy ... }`", name)
 		}
-		return nil, fmt.Errorf("gpu_turnstile: no turnstile named %q (configured: %v)", name, known)
+		return nil, nil, fmt.Errorf("gpu_turnstile: no turnstile named %q (configured: %v)", name, known)
 	}
-	return ts, nil
+	return ts, app.configs[name], nil
 }
 
 // Handler is the gpu_turnstile middleware. It classifies each request,
@@ -216,26 +216,13 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	default:
 		return fmt.Errorf("gpu_turnstile: during_job %q is neither allow nor reject", h.DuringJob)
 	}
-	if h.ts, err = lookupTurnstile(ctx, h.Turnstile); err != nil {
+	var cfg *config
+	if h.ts, cfg, err = lookupTurnstile(ctx, h.Turnstile); err != nil {
 		return err
-	}
-	cfg := h.provisioningConfig(ctx)
-	if cfg == nil {
-		return fmt.Errorf("gpu_turnstile: turnstile %q is not in the config being loaded", h.ts.name)
 	}
 	h.guard = cfg.Routes
 	h.routes, err = cfg.HandlerEngine(h.ts.name, h.Engine, h.EngineRoutes)
 	return err
-}
-
-// provisioningConfig is the config of h's turnstile that is being loaded
-// with h.
-func (h *Handler) provisioningConfig(ctx caddy.Context) *config {
-	app, err := ctx.App("gpu_turnstile")
-	if err != nil {
-		return nil
-	}
-	return app.(*App).configs[h.ts.name]
 }
 
 // handledVar marks a request that a gpu_turnstile handler has taken care

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"errors"
+	"math"
 	"net/http"
 	"time"
 
@@ -137,4 +138,9 @@ func (a Answers) imageWaitedTooLong(w http.ResponseWriter, r *http.Request, e gp
 // Retry-After; waited is how long it waited (0 if it did not).
 func (a Answers) writeBusy(w http.ResponseWriter, r *http.Request, cause string, waited time.Duration) {
 	Write(w, ShapeOf(route.CleanPath(r), ""), Busy(a.BusyStatus, cause, waited, a.RetryAfter()))
+}
+
+// Seconds is a Retry-After in whole seconds, at least 1.
+func Seconds(d time.Duration) int {
+	return max(1, int(math.Ceil(d.Seconds())))
 }
