@@ -181,6 +181,9 @@ type turnstileMetrics struct {
 }
 
 func newTurnstileMetrics(name string) *turnstileMetrics {
+	for _, reason := range []string{"reject", "timeout", "overload", "vram"} {
+		busyAnswers.WithLabelValues(name, reason) // each series is there from the start, at 0
+	}
 	return &turnstileMetrics{
 		name:           name,
 		waitLLM:        lockWait.WithLabelValues(name, "llm"),
