@@ -317,8 +317,8 @@ func bareTurnstile(t testing.TB, s Settings) (*turnstile, *observer.ObservedLogs
 	core, logs := observer.New(zap.WarnLevel)
 	ts.logp.Store(zap.New(core))
 	// The GPU's orchestration has no engines: only the hold matters here.
-	ts.GPU.Apply(&gpu.Config{}, zap.NewNop())
-	if _, err := ts.GPU.TakeHold(context.Background(), "test", time.Hour); err != nil {
+	ts.orch().Apply(&gpu.Config{}, zap.NewNop())
+	if _, err := ts.orch().TakeHold(context.Background(), "test", time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	return ts, logs
@@ -391,8 +391,8 @@ func BenchmarkWaitingRequestMemory(b *testing.B) {
 				// Wait until every request either waits or was turned away.
 				refused := 0
 				for {
-					changed := ts.GPU.Changed()
-					if ts.GPU.Status().LLMWaiting+refused == tc.n {
+					changed := ts.orch().Changed()
+					if ts.orch().Status().LLMWaiting+refused == tc.n {
 						break
 					}
 					select {
@@ -407,7 +407,7 @@ func BenchmarkWaitingRequestMemory(b *testing.B) {
 				heap = float64(heap1-heap0) / float64(waiting)
 				stack = float64(stack1-stack0) / float64(waiting)
 				admitted = float64(waiting)
-				ts.GPU.FindHold(ts.GPU.Status().Holds[0].ID).End("released")
+				ts.orch().FindHold(ts.orch().Status().Holds[0].ID).End("released")
 				for range waiting {
 					if code := <-done; code != http.StatusOK {
 						b.Fatalf("a waiting request ended with %d", code)

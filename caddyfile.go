@@ -1,9 +1,6 @@
 package turnstile
 
 import (
-	"encoding/json"
-
-	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -12,7 +9,7 @@ import (
 )
 
 func init() {
-	httpcaddyfile.RegisterGlobalOption("gpu_turnstile", parseGlobalOption)
+	httpcaddyfile.RegisterGlobalOption("gpu_turnstile", tcfg.ParseGlobalApp)
 	httpcaddyfile.RegisterHandlerDirective("gpu_turnstile", parseDirective(func() *Handler { return new(Handler) }))
 	httpcaddyfile.RegisterHandlerDirective("gpu_turnstile_status", parseDirective(func() *StatusHandler { return new(StatusHandler) }))
 	httpcaddyfile.RegisterHandlerDirective("gpu_turnstile_holds", parseDirective(func() *HoldsHandler { return new(HoldsHandler) }))
@@ -24,26 +21,6 @@ func init() {
 	httpcaddyfile.RegisterDirectiveOrder("gpu_turnstile_status", httpcaddyfile.Before, "respond")
 	// Like the status: a responder, after the auth directives that guard it.
 	httpcaddyfile.RegisterDirectiveOrder("gpu_turnstile_holds", httpcaddyfile.Before, "respond")
-}
-
-// parseGlobalOption parses the global option (internal/config reads it)
-// into the app's settings of its turnstile.
-func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
-	app := &App{Turnstiles: map[string]*Settings{}}
-	if prev, ok := existing.(httpcaddyfile.App); ok {
-		if err := json.Unmarshal(prev.Value, app); err != nil {
-			return nil, err
-		}
-	}
-	name, s, err := tcfg.ParseGlobalOption(d, func(name string) bool {
-		_, ok := app.Turnstiles[name]
-		return ok
-	})
-	if err != nil {
-		return nil, err
-	}
-	app.Turnstiles[name] = s
-	return httpcaddyfile.App{Name: "gpu_turnstile", Value: caddyconfig.JSON(app, nil)}, nil
 }
 
 // turnstileHandler is a handler module that names a turnstile.
@@ -62,7 +39,7 @@ func parseDirective[H turnstileHandler](newHandler func() H) httpcaddyfile.Unmar
 		if err := m.UnmarshalCaddyfile(h.Dispenser); err != nil {
 			return nil, err
 		}
-		s, err := checkTurnstileName(h, m.turnstileName())
+		s, err := tcfg.OptionTurnstile(h, m.turnstileName())
 		if err != nil {
 			return nil, err
 		}
@@ -92,25 +69,6 @@ func (hd *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 //	}
 func (sh *StatusHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return tcfg.UnmarshalSiteRoute(d, &sh.Turnstile, &sh.TrustedOrigins, map[string]*bool{"controls": &sh.Controls})
-}
-
-// checkTurnstileName fails adaptation when a handler names a turnstile
-// that the global options do not define, and returns its settings.
-func checkTurnstileName(h httpcaddyfile.Helper, name string) (*Settings, error) {
-	name = tcfg.OrDefault(name)
-	opt, ok := h.Option("gpu_turnstile").(httpcaddyfile.App)
-	if !ok {
-		return nil, h.Errf("%s: no turnstile named %q: add the global option `gpu_turnstile { %s }`", h.Val(), name, tcfg.ShorthandBlock("URL"))
-	}
-	var app App
-	if err := json.Unmarshal(opt.Value, &app); err != nil {
-		return nil, err
-	}
-	s, ok := app.Turnstiles[name]
-	if !ok {
-		return nil, h.Errf("no turnstile named %q in the global gpu_turnstile options", name)
-	}
-	return s, nil
 }
 
 // Interface guards

@@ -48,7 +48,7 @@ func parseProxyDirective(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, e
 	if p.Turnstile != "" {
 		at = p.TurnstileTok
 	}
-	s, err := checkTurnstileName(h.WithDispenser(tcfg.DispenserAt(at)), p.Turnstile)
+	s, err := tcfg.OptionTurnstile(h.WithDispenser(tcfg.DispenserAt(at)), p.Turnstile)
 	if err != nil {
 		return nil, err
 	}

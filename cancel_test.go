@@ -51,7 +51,7 @@ func TestAdminCancelAnswersOnceTheJobHasStopped(t *testing.T) {
 	r := h.do("DELETE", h.admin+"/gpu_turnstile/job?turnstile=default", "")
 	h.checkCancelled(t, r, `{"prompt_id":"`+id+`","engine":"comfyui","outcome":"interrupted"}`, "comfy", "job "+id+" end execution_interrupted")
 	h.waitIdle()
-	if hist := h.ts().History(time.Time{}).Jobs; len(hist) == 0 || hist[len(hist)-1].Outcome != "interrupted" {
+	if hist := h.ts().gpu.History(time.Time{}).Jobs; len(hist) == 0 || hist[len(hist)-1].Outcome != "interrupted" {
 		t.Fatalf("history jobs %+v, want the job interrupted", hist)
 	}
 

@@ -9,9 +9,8 @@ import (
 )
 
 // answerFailedForward answers a request whose forward failed before
-// anything was sent (httpapi.ForwardFailed) in its route's error shape,
-// naming the engine. An engine that could not be reached counts as
-// unreachable at once (gpu.Ready). Any other outcome is returned as it is.
+// anything was sent (httpapi.AnswerEngineDown). Any other outcome is
+// returned as it is.
 func (h *Handler) answerFailedForward(w http.ResponseWriter, r *http.Request, c route.Class, err error) error {
 	if err == nil {
 		return nil
@@ -22,19 +21,8 @@ func (h *Handler) answerFailedForward(w http.ResponseWriter, r *http.Request, c 
 // answerEngineDown is answerFailedForward's for an error, apart so that
 // the path without one allocates nothing.
 func (h *Handler) answerEngineDown(w http.ResponseWriter, r *http.Request, c route.Class, err error) error {
-	he, ok := httpapi.ForwardFailed(err)
-	if !ok {
-		return err
-	}
-	var name, kind string
-	if e := h.engineOf(r, c); e != nil {
-		name, kind = e.Name(), e.Kind()
-		if he.StatusCode != http.StatusGatewayTimeout {
-			h.ts.NoteUnreachable(name, he.Err)
-		}
-	}
-	httpapi.WriteEngineDown(w, r, route.CleanPath(r), he, name, kind, h.ts.log())
-	return nil
+	engine := func() gpu.Engine { return h.engineOf(r, c) }
+	return httpapi.AnswerEngineDown(w, r, err, engine, h.ts.gpu.NoteUnreachable, h.ts.log())
 }
 
 // engineOf is the engine a request of class c went to (httpapi.EngineOf).

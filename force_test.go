@@ -29,7 +29,7 @@ func TestAdminForceEndsAJobThatDoesNotStop(t *testing.T) {
 	if r.status != 200 || r.body != `{"prompt_id":"`+id+`","engine":"comfyui","outcome":"abandoned"}`+"\n" {
 		t.Fatalf("force=1: %d %v %s, want 200 abandoned", r.status, r.err, r.body)
 	}
-	if hist := h.ts().History(time.Time{}).Jobs; len(hist) == 0 || hist[len(hist)-1].Outcome != "abandoned" {
+	if hist := h.ts().gpu.History(time.Time{}).Jobs; len(hist) == 0 || hist[len(hist)-1].Outcome != "abandoned" {
 		t.Fatalf("history jobs %+v, want the job abandoned", hist)
 	}
 	h.comfy.Restart()

@@ -46,7 +46,7 @@ var nopNext = caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) err
 // GPU is free: classify, take the shared lock, call next, release.
 func BenchmarkHandlerLLM(b *testing.B) {
 	h := benchHandler(b)
-	h.ts.TryLLM() // another request in flight: no idle<->llm transition
+	h.ts.gpu.TryLLM() // another request in flight: no idle<->llm transition
 	r := benchRequest("POST", "/api/chat")
 	w := httptest.NewRecorder()
 	b.ReportAllocs()
@@ -87,7 +87,7 @@ func llmInUseHandler(name string) *Handler {
 	c, _ := tcfg.Validate(Settings{Ollama: "http://127.0.0.1:1"})
 	ts := newTurnstile(name)
 	ts.cfgp.Store(c)
-	ts.TryLLM()
+	ts.gpu.TryLLM()
 	return &Handler{class: route.Auto, ts: ts, guard: c.Routes}
 }
 
@@ -119,7 +119,7 @@ func TestHandlerPathsDoNotAllocate(t *testing.T) {
 func BenchmarkHandlerLLMMemoryAware(b *testing.B) {
 	h := benchHandler(b)
 	h.ts.cfg().GPU.Memory = &gpu.MemoryConfig{}
-	h.ts.TryLLM()
+	h.ts.gpu.TryLLM()
 	body := []byte(`{"model":"llama3.2","messages":[{"role":"user","content":"Why is the sky blue? Answer in one paragraph."}],"stream":true}`)
 	rd := bytes.NewReader(body)
 	src := io.NopCloser(rd)

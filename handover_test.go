@@ -38,7 +38,7 @@ func TestInterruptedJobKeepsTheGPUUntilItStops(t *testing.T) {
 	if end < 0 || free < end || llm < free {
 		t.Fatalf("want the job's real end, then the free, then the LLM request:\n%s", gputest.Dump(ev))
 	}
-	if r := h.ts().History(time.Time{}).Jobs; len(r) == 0 || r[len(r)-1].Outcome != "timeout" {
+	if r := h.ts().gpu.History(time.Time{}).Jobs; len(r) == 0 || r[len(r)-1].Outcome != "timeout" {
 		t.Fatalf("job history %+v, want the job recorded as timed out", r)
 	}
 }

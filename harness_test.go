@@ -25,6 +25,7 @@ import (
 	"github.com/caddyserver/certmagic"
 
 	tcfg "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy/comfytest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
@@ -318,7 +319,7 @@ func waitTurnstile(t *testing.T, name, what string, cond func(Status) bool, more
 		// The turnstile is looked up each time: a restart of Caddy
 		// replaces it (the old one's Close is a change too).
 		ts := runtimeOf(name)
-		changed := ts.GPU.Changed()
+		changed := ts.orch().Changed()
 		st := ts.status()
 		if cond(st) {
 			return st
@@ -493,3 +494,6 @@ func runtimeOf(name string) *turnstile {
 	})
 	return ts
 }
+
+// orch is ts's GPU, for what the root does not use of it.
+func (ts *turnstile) orch() *gpu.GPU { return ts.gpu.(*gpu.GPU) }

@@ -55,7 +55,7 @@ func (h *HoldsHandler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	ts, err := lookupTurnstile(ctx, h.Turnstile)
+	ts, _, err := lookupTurnstile(ctx, h.Turnstile)
 	if err != nil {
 		return err
 	}

@@ -144,7 +144,7 @@ func TestHoldSurvivesRestart(t *testing.T) {
 	h.load(cf)
 	h.waitIdle()
 	id := h.takeHold(t, "trainer", "4s")
-	before := h.ts().FindHold(id).Status()
+	before := h.ts().gpu.FindHold(id).Status()
 	files, _ := filepath.Glob(filepath.Join(dir, "gpu_turnstile", "holds", "default", "*.json"))
 	if len(files) != 1 || filepath.Base(files[0]) != id+".json" {
 		t.Fatalf("saved holds %v, want %s.json", files, id)

@@ -3,23 +3,15 @@ package turnstile
 import (
 	"context"
 	"net/http"
-	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"go.uber.org/zap"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/admit"
 	tcfg "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/kinds"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
 )
-
-// imageBodyLimit bounds how much of a /prompt body is read into memory
-// before it waits (workflows are JSON graphs, rarely over a few MiB);
-// within wait_buffer_limit, like LLM bodies.
-const imageBodyLimit = 32 << 20
 
 // serveImage serves an image job (gpu.RunImage): it takes the GPU alone,
 // and keeps it until the job has ended.
@@ -31,49 +23,23 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 		return h.serveWithoutEngine(w, r, next, c)
 	}
 	deadline := admit.Arrival(r).Add(c.ImageWait)
-	ticket, err := ts.budget.Admit(w, r, c.Limits(imageBodyLimit, ts.log()), deadline)
-	if err != nil {
-		return ts.notAdmitted(w, r, c, e, err, deadline)
+	ticket, err := ts.budget.Admit(w, r, c.Limits(admit.ImageBodyLimit, ts.log()), deadline)
+	if err == nil {
+		workflow := "" // its memory peak is learned under it, when co_resident models may run beside jobs
+		if m := c.GPU.Memory; m != nil && len(m.CoResident) > 0 {
+			workflow = ticket.Workflow(e.Kind(), route.CleanPath(r))
+		}
+		defer ticket.Done()
+		_, err = ts.gpu.RunImage(gpu.WithWaiter(r.Context(), ticket.Waiter(r, false)), gpu.ImageRun{
+			Engine: e.Name(), Deadline: deadline, Waited: ticket.StopWaiting, Workflow: workflow,
+			Forward: func(ctx context.Context, f *gpu.Forwarded) {
+				admit.Forward(ctx, w, r, next, f, c.CaptureLimitOf(e.Synchronous()), kinds.JobID(e.Kind()))
+			},
+		})
 	}
-	defer ticket.Done()
-	_, err = ts.RunImage(gpu.WithWaiter(r.Context(), ticket.Waiter(r, false)), gpu.ImageRun{
-		Engine: e.Name(), Deadline: deadline, Waited: ticket.StopWaiting, Workflow: workflowOf(c, e, r, ticket),
-		Forward: func(ctx context.Context, f *gpu.Forwarded) {
-			admit.Forward(ctx, w, r, next, f, ts.captureLimit(e), kinds.JobID(e.Kind()))
-		},
-	})
-	return ts.answerImage(w, r, c, e, err)
-}
-
-// workflowOf is the signature of the job's workflow, under which its
-// memory peak is learned, when co_resident models may run beside jobs.
-func workflowOf(c *config, e gpu.ImageEngine, r *http.Request, t *admit.Ticket) string {
-	if c.GPU.Memory == nil || len(c.GPU.Memory.CoResident) == 0 {
-		return ""
-	}
-	return kinds.Signature(e.Kind(), route.CleanPath(r), t.Head(imageBodyLimit))
-}
-
-// answerImage answers an image request as RunImage ended it.
-func (ts *turnstile) answerImage(w http.ResponseWriter, r *http.Request, c *config, e gpu.ImageEngine, err error) error {
-	ans, down, ok := httpapi.ImageRefusal(err, e)
-	if !ok {
-		return ts.notAdmitted(w, r, c, e, err, time.Time{})
-	}
-	if down {
-		ts.log().Error("image engine not reachable as the job was readied; answered the client in its API's shape",
-			zap.String("engine", e.Name()), zap.Error(err))
-	}
-	return httpapi.WriteImage(w, e, ans)
-}
-
-// captureLimit is how much of e's answer to a job is kept to read its
-// prompt_id: none for a synchronous engine, whose status is enough.
-func (ts *turnstile) captureLimit(e gpu.ImageEngine) int64 {
-	if e.Synchronous() {
-		return 0
-	}
-	return ts.cfg().CaptureLimit
+	reason, err := ts.answers(c).Image(w, r, e, err, deadline)
+	ts.metrics.busy(reason)
+	return err
 }
 
 // serveWithoutEngine serves an image route of a kind the turnstile has no

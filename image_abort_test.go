@@ -40,7 +40,7 @@ func TestA1111AnswerCutByAGoneClient(t *testing.T) {
 		return gputest.Index(ev, 0, "a1111", "txt2img end") >= 0
 	})
 	m.waitStatus("idle after the job, its answer cut", func(st Status) bool { return st.State == "idle" })
-	if jobs := m.ts().History(time.Time{}).Jobs; len(jobs) != 1 || jobs[0].Outcome != "success" {
+	if jobs := m.ts().gpu.History(time.Time{}).Jobs; len(jobs) != 1 || jobs[0].Outcome != "success" {
 		t.Fatalf("jobs %+v, want one, made if not delivered", jobs)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/admit"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama/ollamatest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
 )
@@ -263,7 +264,7 @@ func TestLockStateNames(t *testing.T) {
 func TestOversizedAndMalformedBodies(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	hold := h.takeHold(t, "test", "1m")
-	big := `{"model":"llama3.2","stream":false,"prompt":"` + strings.Repeat("a", waitBodyLimit+1<<20) + `"}`
+	big := `{"model":"llama3.2","stream":false,"prompt":"` + strings.Repeat("a", admit.LLMBodyLimit+1<<20) + `"}`
 	ch := h.postAsync(context.Background(), h.llm+"/api/generate", big)
 	bad := h.postAsync(context.Background(), h.llm+"/api/chat", `{"model":`)
 	h.waitStatus("two LLM waiters", func(st Status) bool { return st.LLMWaiting == 2 })

@@ -176,22 +176,19 @@ func registerMetrics(reg *prometheus.Registry) error {
 type turnstileMetrics struct {
 	name                         string
 	waitLLM, waitImage, waitHold prometheus.Observer
-	busyReject, busyTimeout      prometheus.Counter
-	busyOverload, busyVRAM       prometheus.Counter
 	misrouted                    prometheus.Counter
 	upstreamErrors               *prometheus.CounterVec
 }
 
 func newTurnstileMetrics(name string) *turnstileMetrics {
+	for _, reason := range []string{"reject", "timeout", "overload", "vram"} {
+		busyAnswers.WithLabelValues(name, reason) // each series is there from the start, at 0
+	}
 	return &turnstileMetrics{
 		name:           name,
 		waitLLM:        lockWait.WithLabelValues(name, "llm"),
 		waitImage:      lockWait.WithLabelValues(name, "image"),
 		waitHold:       lockWait.WithLabelValues(name, "hold"),
-		busyReject:     busyAnswers.WithLabelValues(name, "reject"),
-		busyTimeout:    busyAnswers.WithLabelValues(name, "timeout"),
-		busyOverload:   busyAnswers.WithLabelValues(name, "overload"),
-		busyVRAM:       busyAnswers.WithLabelValues(name, "vram"),
 		misrouted:      misrouted.WithLabelValues(name),
 		upstreamErrors: upstreamErrors,
 	}
@@ -199,10 +196,20 @@ func newTurnstileMetrics(name string) *turnstileMetrics {
 
 // Waited implements gpu.Metrics.
 func (m *turnstileMetrics) Waited(kind lock.State, d time.Duration) {
-	if kind == lock.Hold {
+	switch kind {
+	case lock.Hold:
 		m.waitHold.Observe(d.Seconds())
-	} else {
+	case lock.LLM:
+		m.waitLLM.Observe(d.Seconds())
+	default:
 		m.waitImage.Observe(d.Seconds())
+	}
+}
+
+// busy counts a busy answer by its reason (httpapi.Busy*; "" for none).
+func (m *turnstileMetrics) busy(reason string) {
+	if reason != "" {
+		busyAnswers.WithLabelValues(m.name, reason).Inc()
 	}
 }
 

@@ -112,8 +112,8 @@ func TestMetricsPassPromlint(t *testing.T) {
 	for step := range steps {
 		newTurnstileMetrics("lint").Step(step, "lint", 0)
 	}
-	newTurnstileMetrics("lint").busyReject.Add(0)
-	newTurnstileMetrics("lint").busyOverload.Add(0)
+	busyAnswers.WithLabelValues("lint", "reject").Add(0)
+	busyAnswers.WithLabelValues("lint", "overload").Add(0)
 	// A turnstile in the pool, so the gauges read at scrape time are there.
 	if _, _, err := turnstiles.LoadOrNew("lint", func() (caddy.Destructor, error) { return newTurnstile("lint"), nil }); err != nil {
 		t.Fatal(err)

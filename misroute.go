@@ -3,37 +3,22 @@ package turnstile
 import (
 	"net/http"
 
-	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 )
 
-// upstreamVar is the placeholder in which Caddy's reverse_proxy puts the
-// host:port of the upstream it chose for the request.
-const upstreamVar = "http.reverse_proxy.upstream.hostport"
-
 // checkRoute looks, once next has returned, at where reverse_proxy sent a
-// request this handler guarded: an upstream that is none of the
-// turnstile's engines is counted, logged once per config, and named in
-// the status. The first requests after a load are all checked, then a
+// request this handler guarded (route.Guard): an upstream that is none of
+// the turnstile's engines is counted, logged once per config, and named
+// in the status. The first requests after a load are all checked, then a
 // sample (route.Sampler), which spares the LLM fast path.
 func (h *Handler) checkRoute(r *http.Request) {
-	if h.sampler.Due() {
-		h.lookAtRoute(r)
-	}
-}
-
-// lookAtRoute is checkRoute for a request that is checked.
-func (h *Handler) lookAtRoute(r *http.Request) {
-	if h.guard == nil {
-		return // a handler made outside a config load, in tests
-	}
-	repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	if !ok {
+	if !h.sampler.Due() || h.guard == nil { // no guard: a handler made outside a config load, in tests
 		return
 	}
-	v, ok := repl.Get(upstreamVar)
-	hostport, _ := v.(string)
-	if !ok || hostport == "" {
+	hostport := httpapi.Upstream(r)
+	if hostport == "" {
 		return // not proxied: answered before, or by another handler
 	}
 	misrouted, first := h.guard.Check(hostport)

@@ -177,3 +177,7 @@ func TestMisroutedCountedThenSampled(t *testing.T) {
 		t.Fatalf("warnings %q", st.Warnings)
 	}
 }
+
+// upstreamVar is the placeholder in which Caddy's reverse_proxy puts the
+// host:port of the upstream it chose for the request (httpapi.Upstream).
+const upstreamVar = "http.reverse_proxy.upstream.hostport"

@@ -764,7 +764,7 @@ func release(t *testing.T, h *harness, since time.Time) time.Time {
 // transitionAfter returns the first transition after since that matches
 // from and to (empty matches any).
 func transitionAfter(h *harness, since time.Time, from, to string) time.Time {
-	for _, tr := range h.ts().History(since).Transitions {
+	for _, tr := range h.ts().gpu.History(since).Transitions {
 		if (from == "" || tr.From == from) && (to == "" || tr.To == to) {
 			return tr.At
 		}
@@ -773,7 +773,7 @@ func transitionAfter(h *harness, since time.Time, from, to string) time.Time {
 }
 
 func lastJob(h *harness) *gpu.JobEntry {
-	jobs := h.ts().History(time.Time{}).Jobs
+	jobs := h.ts().gpu.History(time.Time{}).Jobs
 	if len(jobs) == 0 {
 		return nil
 	}
@@ -781,7 +781,7 @@ func lastJob(h *harness) *gpu.JobEntry {
 }
 
 func lastStep(h *harness, kind string) *gpu.EventEntry {
-	events := h.ts().History(time.Time{}).Events
+	events := h.ts().gpu.History(time.Time{}).Events
 	for i := len(events) - 1; i >= 0; i-- {
 		if events[i].Kind == kind {
 			return &events[i]
@@ -827,7 +827,7 @@ func (rc *realComfy) logTimeline(t *testing.T, h *harness, tp *tap, since time.T
 			es = append(es, entry{e.At, "ollama", fmt.Sprintf("%s (%d)", e.What, e.Users)})
 		}
 	}
-	v := h.ts().History(since)
+	v := h.ts().gpu.History(since)
 	for _, tr := range v.Transitions {
 		es = append(es, entry{tr.At, "lock", tr.From + " -> " + tr.To})
 	}

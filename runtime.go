@@ -1,13 +1,17 @@
 package turnstile
 
 import (
+	"context"
 	"sync/atomic"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/admit"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
 )
 
 // turnstiles holds one runtime per turnstile name, process-wide. Each
@@ -20,7 +24,7 @@ var turnstiles = caddy.NewUsagePool()
 // its GPU (package gpu), the settings of the config now running, and what
 // its waiting requests buffer. It outlives any one config.
 type turnstile struct {
-	*gpu.GPU
+	gpu     orchestration
 	name    string
 	metrics *turnstileMetrics
 
@@ -32,9 +36,9 @@ type turnstile struct {
 
 func newTurnstile(name string) *turnstile {
 	m := newTurnstileMetrics(name)
-	ts := &turnstile{GPU: gpu.New(name, m), name: name, metrics: m}
+	ts := &turnstile{gpu: gpu.New(name, m), name: name, metrics: m}
 	ts.logp.Store(zap.NewNop())
-	ts.SetStatusView(func(g gpu.Status) any { return ts.statusOf(g) })
+	ts.gpu.SetStatusView(func(g gpu.Status) any { return ts.statusOf(g) })
 	return ts
 }
 
@@ -43,7 +47,7 @@ func newTurnstile(name string) *turnstile {
 // releases the lock, and it returns once every goroutine the turnstile
 // started has returned.
 func (ts *turnstile) Destruct() error {
-	ts.Close()
+	ts.gpu.Close()
 	return nil
 }
 
@@ -55,8 +59,29 @@ func (ts *turnstile) log() *zap.Logger { return ts.logp.Load() }
 func (ts *turnstile) apply(c *config, log *zap.Logger) {
 	ts.cfgp.Store(c)
 	ts.logp.Store(log)
-	ts.Apply(&c.GPU, log)
+	ts.gpu.Apply(&c.GPU, log)
+}
+
+// orchestration is what the root uses of a turnstile's *gpu.GPU: what
+// its routes use (httpapi.GPU), the request path's calls, and the life of
+// the runtime.
+type orchestration interface {
+	httpapi.GPU
+	TryLLM() bool
+	ReleaseLLM()
+	NoteLLMEnd(ctx context.Context, err error)
+	ServeLLM(ctx context.Context, run gpu.LLMRun) gpu.LLMServed
+	RunImage(ctx context.Context, run gpu.ImageRun) (string, error)
+	NoteUnreachable(name string, err error)
+	RetryAfter(auto bool, fixed, def time.Duration) time.Duration
+	State() lock.State
+	SetStatusView(view func(gpu.Status) any)
+	Apply(c *gpu.Config, log *zap.Logger)
+	Close()
 }
 
 // Interface guards
-var _ caddy.Destructor = (*turnstile)(nil)
+var (
+	_ caddy.Destructor = (*turnstile)(nil)
+	_ orchestration    = (*gpu.GPU)(nil)
+)

@@ -1,11 +1,6 @@
 package turnstile
 
-import (
-	"math"
-	"time"
-
-	tcfg "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
-)
+import tcfg "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
 
 // Settings configure one turnstile: the GPU it guards and the engines that
 // share it (internal/config documents each field).
@@ -22,8 +17,3 @@ type PresenceSettings = tcfg.PresenceSettings
 // clients built; one is made per config load and swapped in when the
 // config starts.
 type config = tcfg.Turnstile
-
-// retryAfterSeconds is Retry-After in whole seconds, at least 1.
-func retryAfterSeconds(d time.Duration) int {
-	return max(1, int(math.Ceil(d.Seconds())))
-}

@@ -22,13 +22,13 @@ type Status = httpapi.Status
 // WaitBufferStatus is the status JSON's "wait_buffer".
 type WaitBufferStatus = httpapi.WaitBufferStatus
 
-func (ts *turnstile) status() Status { return ts.statusOf(ts.GPU.Status()) }
+func (ts *turnstile) status() Status { return ts.statusOf(ts.gpu.Status()) }
 
 // statusOf is the status JSON of the GPU's status g.
 func (ts *turnstile) statusOf(g gpu.Status) Status { return httpapi.StatusOf(g, ts.Facts()) }
 
 // api is ts as its routes see it.
-func (ts *turnstile) api() httpapi.Turnstile { return httpapi.Turnstile{GPU: ts.GPU, Config: ts} }
+func (ts *turnstile) api() httpapi.Turnstile { return httpapi.Turnstile{GPU: ts.gpu, Config: ts} }
 
 // Facts implements httpapi.Config.
 func (ts *turnstile) Facts() httpapi.Facts {
@@ -50,7 +50,7 @@ func (ts *turnstile) HoldWait() (time.Duration, bool) {
 }
 
 // RetryAfter implements httpapi.Config.
-func (ts *turnstile) RetryAfter() int { return retryAfterSeconds(ts.retryAfter(ts.cfg())) }
+func (ts *turnstile) RetryAfter() int { return httpapi.Seconds(ts.retryAfter(ts.cfg())) }
 
 // StatusHandler answers with a turnstile's status: JSON by default, the
 // live status page for browsers (Accept: text/html, or ?view=html), the
@@ -94,7 +94,7 @@ func (h *StatusHandler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	ts, err := lookupTurnstile(ctx, h.Turnstile)
+	ts, _, err := lookupTurnstile(ctx, h.Turnstile)
 	if err != nil {
 		return err
 	}

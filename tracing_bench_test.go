@@ -36,7 +36,7 @@ func BenchmarkHandlerLLMTracing(b *testing.B) {
 	for _, tc := range tracingCases(b) {
 		b.Run(tc.name, func(b *testing.B) {
 			h := benchHandler(b)
-			h.ts.TryLLM()
+			h.ts.gpu.TryLLM()
 			r := benchRequest("POST", "/api/chat")
 			vars := r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
 			fresh := tc.tp != nil && tc.name == "on"

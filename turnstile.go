@@ -15,10 +15,10 @@
 package turnstile
 
 import (
-	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
-	"sort"
+	"slices"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -49,22 +49,9 @@ type App struct {
 
 // UnmarshalJSON decodes the app strictly, naming the turnstile and the
 // field of any value it refuses.
-func (a *App) UnmarshalJSON(b []byte) error {
-	var raw struct {
-		Turnstiles map[string]json.RawMessage `json:"turnstiles,omitempty"`
-	}
-	if err := tcfg.DecodeFields(b, &raw); err != nil {
-		return err
-	}
-	a.Turnstiles = make(map[string]*Settings, len(raw.Turnstiles))
-	for name, r := range raw.Turnstiles {
-		s := new(Settings)
-		if err := json.Unmarshal(r, s); err != nil {
-			return fmt.Errorf("turnstiles: %q: %w", name, err)
-		}
-		a.Turnstiles[name] = s
-	}
-	return nil
+func (a *App) UnmarshalJSON(b []byte) (err error) {
+	a.Turnstiles, err = tcfg.DecodeApp(b)
+	return err
 }
 
 // CaddyModule returns the Caddy module information.
@@ -86,19 +73,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.configs = map[string]*config{}
 	a.runtimes = map[string]*turnstile{}
 	for _, name := range a.names() {
-		if !tcfg.ValidName(name) {
-			return fmt.Errorf("gpu_turnstile: turnstile name %q: %s", name, tcfg.NameRule)
-		}
-		s := a.Turnstiles[name]
-		if s == nil {
-			return fmt.Errorf("gpu_turnstile %s: no settings", name)
-		}
-		c, err := tcfg.Validate(*s)
-		if err == nil {
-			err = c.Locate()
-		}
+		c, err := tcfg.Load(name, a.Turnstiles[name])
 		if err != nil {
-			return fmt.Errorf("gpu_turnstile %s: %v", name, err)
+			return err
 		}
 		c.GPU.HoldStore = store.NewHolds(ctx.Storage(), name)
 		if c.GPU.Memory != nil {
@@ -116,14 +93,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	return nil
 }
 
-func (a *App) names() []string {
-	names := make([]string, 0, len(a.Turnstiles))
-	for n := range a.Turnstiles {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
+func (a *App) names() []string { return slices.Sorted(maps.Keys(a.Turnstiles)) }
 
 // Start makes this config's settings current for each turnstile.
 func (a *App) Start() error {
@@ -160,23 +130,23 @@ func (a *App) Cleanup() error {
 }
 
 // lookupTurnstile returns the runtime of the named turnstile of the
-// config being provisioned.
-func lookupTurnstile(ctx caddy.Context, name string) (*turnstile, error) {
+// config being provisioned, and that config's settings of it.
+func lookupTurnstile(ctx caddy.Context, name string) (*turnstile, *config, error) {
 	name = tcfg.OrDefault(name)
 	appIface, err := ctx.App("gpu_turnstile")
 	if err != nil {
-		return nil, fmt.Errorf("gpu_turnstile: loading the app: %v", err)
+		return nil, nil, fmt.Errorf("gpu_turnstile: loading the app: %v", err)
 	}
 	app := appIface.(*App)
 	ts, ok := app.runtimes[name]
 	if !ok {
 		known := app.names()
 		if len(known) == 0 {
-			return nil, fmt.Errorf("gpu_turnstile: no turnstile named %q: add the global option `gpu_turnstile { %s }`", name, tcfg.ShorthandBlock("..."))
+			return nil, nil, fmt.Errorf("gpu_turnstile: no turnstile named %q: add the global option `gpu_turnstile { %s }`", name, tcfg.ShorthandBlock("..."))
 		}
-		return nil, fmt.Errorf("gpu_turnstile: no turnstile named %q (configured: %v)", name, known)
+		return nil, nil, fmt.Errorf("gpu_turnstile: no turnstile named %q (configured: %v)", name, known)
 	}
-	return ts, nil
+	return ts, app.configs[name], nil
 }
 
 // Handler is the gpu_turnstile middleware. It classifies each request,
@@ -246,45 +216,13 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	default:
 		return fmt.Errorf("gpu_turnstile: during_job %q is neither allow nor reject", h.DuringJob)
 	}
-	if h.ts, err = lookupTurnstile(ctx, h.Turnstile); err != nil {
+	var cfg *config
+	if h.ts, cfg, err = lookupTurnstile(ctx, h.Turnstile); err != nil {
 		return err
 	}
-	cfg := h.provisioningConfig(ctx)
-	if cfg == nil {
-		return fmt.Errorf("gpu_turnstile: turnstile %q is not in the config being loaded", h.ts.name)
-	}
 	h.guard = cfg.Routes
-	return h.provisionEngine(cfg)
-}
-
-// provisionEngine checks the handler's engine against the config, and
-// with engine_routes learns the routes to guard.
-func (h *Handler) provisionEngine(c *config) error {
-	if h.EngineRoutes {
-		if h.Engine == "" {
-			return fmt.Errorf("gpu_turnstile: engine_routes needs engine")
-		}
-		r, ok := c.EngineRoutes(h.Engine)
-		if !ok {
-			return fmt.Errorf("gpu_turnstile: engine %q: turnstile %q has no engine of that name (engines: %s)", h.Engine, h.ts.name, c.EngineNameList())
-		}
-		h.routes = r
-		return nil
-	}
-	if h.Engine != "" && route.ImageEngineNamed(c.GPU.Images, h.Engine) == nil {
-		return fmt.Errorf("gpu_turnstile: engine %q: turnstile %q has no image engine of that name", h.Engine, h.ts.name)
-	}
-	return nil
-}
-
-// provisioningConfig is the config of h's turnstile that is being loaded
-// with h.
-func (h *Handler) provisioningConfig(ctx caddy.Context) *config {
-	app, err := ctx.App("gpu_turnstile")
-	if err != nil {
-		return nil
-	}
-	return app.(*App).configs[h.ts.name]
+	h.routes, err = cfg.HandlerEngine(h.ts.name, h.Engine, h.EngineRoutes)
+	return err
 }
 
 // handledVar marks a request that a gpu_turnstile handler has taken care

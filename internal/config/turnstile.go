@@ -94,3 +94,13 @@ func (c *Turnstile) engineURLs() []string {
 func (c *Turnstile) Limits(body int64, log *zap.Logger) admit.Limits {
 	return admit.Limits{Buffer: c.WaitBuffer, MaxWaiting: c.MaxWaiting, Body: body, Log: log}
 }
+
+// CaptureLimitOf is how much of an image engine's answer to a job is kept
+// to read its prompt_id: none for a synchronous engine (synchronous),
+// whose status is enough.
+func (c *Turnstile) CaptureLimitOf(synchronous bool) int64 {
+	if synchronous {
+		return 0
+	}
+	return c.CaptureLimit
+}

@@ -215,8 +215,8 @@ func (g *GPU) endDirectNamed(name string) {
 
 func (g *GPU) setWarming(on bool) { g.update(func() { g.act.warming = on }) }
 
-// ImageJobRunning reports whether an image job holds the GPU now.
-func (g *GPU) ImageJobRunning() bool {
+// imageJobRunning reports whether an image job holds the GPU now.
+func (g *GPU) imageJobRunning() bool {
 	running := false
 	g.lock.View(func(s lock.Snapshot) {
 		g.mu.Lock()

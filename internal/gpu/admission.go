@@ -17,13 +17,13 @@ func (g *GPU) TryLLM() bool { return g.lock.TryAcquireShared() }
 // AcquireShared.
 func (g *GPU) ReleaseLLM() { g.lock.ReleaseShared() }
 
-// LLMWait is how long an LLM request that found the GPU busy waits for
+// llmWait is how long an LLM request that found the GPU busy waits for
 // it: wait (llm_wait_timeout); in reject mode none (ok is false: it is
 // answered busy at once), except right after start-up, while the GPU is
 // held only for the engines' probes (is work queued? is memory held?):
 // that is no reason to turn requests away, so they wait, up to
 // probe_timeout, for the answer.
-func (g *GPU) LLMWait(reject bool, wait time.Duration) (_ time.Duration, ok bool) {
+func (g *GPU) llmWait(reject bool, wait time.Duration) (_ time.Duration, ok bool) {
 	if !reject {
 		return wait, true
 	}
@@ -57,8 +57,8 @@ func (g *GPU) WaitLLM(ctx context.Context, deadline time.Time, waited func()) (t
 	return took, ErrWaitTimeout
 }
 
-// BusyCause names what keeps LLM requests off the GPU, for a busy answer.
-func (g *GPU) BusyCause() string {
+// busyCause names what keeps LLM requests off the GPU, for a busy answer.
+func (g *GPU) busyCause() string {
 	if g.lock.State() == lock.Hold {
 		return "an external hold"
 	}

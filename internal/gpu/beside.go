@@ -112,11 +112,11 @@ func (g *GPU) tryBeside(model string) *Admission {
 // otherwise. The caller then holds a shared place, and calls Done.
 func (g *GPU) TryBeside(model string) *Admission { return g.tryBeside(modelKey(model)) }
 
-// WaitLLMFor is WaitLLM for a request naming model: a co_resident model
+// waitLLMFor is WaitLLM for a request naming model: a co_resident model
 // is also admitted beside a running image job when it fits (the returned
 // Admission is then not nil, and the shared place is held). Without
 // co_resident it is WaitLLM.
-func (g *GPU) WaitLLMFor(ctx context.Context, model string, deadline time.Time, waited func()) (*Admission, time.Duration, error) {
+func (g *GPU) waitLLMFor(ctx context.Context, model string, deadline time.Time, waited func()) (*Admission, time.Duration, error) {
 	c := g.cfg()
 	model = modelKey(model)
 	if c == nil || c.Memory == nil || !coResident(c.Memory, model) {

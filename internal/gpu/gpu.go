@@ -66,7 +66,8 @@ type Config struct {
 // Metrics receives what the orchestration measures. Every method must be
 // cheap and safe for concurrent use.
 type Metrics interface {
-	// Waited reports how long an exclusive user (image job, hold) waited.
+	// Waited reports how long an exclusive user (image job, hold), or an
+	// LLM request that waited for a shared place (ServeLLM), waited.
 	Waited(kind lock.State, d time.Duration)
 	// Step reports a timed step of an engine (by name): "unload", "free",
 	// "wake" or "warm".

@@ -134,8 +134,8 @@ func (a *Admission) Done(status int, head []byte) {
 // fit, in the words of any kind of engine (engine.OutOfMemory).
 func isOOM(head []byte) bool { return engine.OutOfMemory(head) }
 
-// MemoryCause says why model waits or is refused, for a busy answer.
-func (g *GPU) MemoryCause(model string) string {
+// memoryCause says why model waits or is refused, for a busy answer.
+func (g *GPU) memoryCause(model string) string {
 	model = modelKey(model)
 	c := g.cfg()
 	g.mu.Lock()

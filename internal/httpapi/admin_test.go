@@ -115,7 +115,7 @@ func (ts turnstiles) Range(f func(Turnstile) bool) {
 func TestAdminRoutes(t *testing.T) {
 	all := turnstiles{testTurnstile("b"), testTurnstile("a")}
 	for _, ts := range all {
-		defer ts.Close()
+		defer ts.orch().Close()
 	}
 	admin := Admin{Turnstiles: all}
 	serve := func(method, target, body string) (*httptest.ResponseRecorder, error) {

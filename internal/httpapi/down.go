@@ -74,3 +74,25 @@ func EngineOf(r *http.Request, c *gpu.Config, image gpu.Engine, llm bool) gpu.En
 	p := route.CleanPath(r)
 	return c.EngineFor(Upstream(r), RouteKind(p), llm || strings.HasPrefix(p, "/v1/"))
 }
+
+// AnswerEngineDown answers a request whose forward failed with err before
+// anything was sent (ForwardFailed) in its route's error shape, naming
+// the engine it went to (engine, nil if not known); an engine that could
+// not be reached is told to unreachable (gpu.GPU.NoteUnreachable) at
+// once, so that it counts as unreachable (gpu.Ready). Any other error is
+// returned as it is.
+func AnswerEngineDown(w http.ResponseWriter, r *http.Request, err error, engine func() gpu.Engine, unreachable func(name string, err error), log *zap.Logger) error {
+	he, ok := ForwardFailed(err)
+	if !ok {
+		return err
+	}
+	var name, kind string
+	if e := engine(); e != nil {
+		name, kind = e.Name(), e.Kind()
+		if he.StatusCode != http.StatusGatewayTimeout {
+			unreachable(name, he.Err)
+		}
+	}
+	WriteEngineDown(w, r, route.CleanPath(r), he, name, kind, log)
+	return nil
+}

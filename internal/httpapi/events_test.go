@@ -13,7 +13,7 @@ import (
 func TestEventStreamKeepsAlive(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := testTurnstile("keepalive")
-		defer ts.Close()
+		defer ts.orch().Close()
 		done := make(chan struct{})
 		s := &StatusRoutes{Turnstile: ts, Done: done}
 		pr, pw := io.Pipe()

@@ -23,8 +23,8 @@ import (
 // granted, and every refusal is a 4xx with a JSON error.
 func FuzzHoldRequest(f *testing.F) {
 	ts := testTurnstile("fuzz")
-	f.Cleanup(ts.Close)
-	ts.Apply(&gpu.Config{}, zap.NewNop())
+	f.Cleanup(ts.orch().Close)
+	ts.orch().Apply(&gpu.Config{}, zap.NewNop())
 	held, err := ts.TakeHold(context.Background(), "fuzz", time.Hour)
 	if err != nil {
 		f.Fatalf("a new GPU cannot be held: %v", err)

@@ -29,3 +29,6 @@ func (nopMetrics) JobEnded(string, time.Duration)       {}
 func (nopMetrics) HoldEvent(string)                     {}
 func (nopMetrics) InterruptOverdue(string)              {}
 func (nopMetrics) CoResident()                          {}
+
+// orch is t's GPU, for what the routes do not use (Close, Apply).
+func (t Turnstile) orch() *gpu.GPU { return t.GPU.(*gpu.GPU) }

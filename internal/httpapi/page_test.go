@@ -61,7 +61,7 @@ func newVRAMPage(t *testing.T) *vramPage {
 	p := &vramPage{t: t}
 	p.ctx, p.problems = browsertest.New(t)
 	ts := testTurnstile("default")
-	t.Cleanup(ts.Close)
+	t.Cleanup(ts.orch().Close)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var err error
 		switch r.URL.Query().Get("view") {

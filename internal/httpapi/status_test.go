@@ -8,7 +8,7 @@ import (
 
 func TestStatusRoutes(t *testing.T) {
 	ts := testTurnstile("default")
-	defer ts.Close()
+	defer ts.orch().Close()
 	origin, _ := NewCrossOrigin(nil)
 	s := &StatusRoutes{Turnstile: ts, Origin: origin}
 	serve := func(method, target string, header ...string) *httptest.ResponseRecorder {
@@ -55,7 +55,7 @@ func TestStatusRoutes(t *testing.T) {
 
 func TestSiteHoldsNameTheirTurnstile(t *testing.T) {
 	ts := testTurnstile("gpu1")
-	defer ts.Close()
+	defer ts.orch().Close()
 	origin, _ := NewCrossOrigin(nil)
 	s := &SiteHolds{Turnstile: ts, Origin: origin}
 	r := httptest.NewRequest("POST", "/holds", strings.NewReader(`{"turnstile":"gpu2"}`))

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"time"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
@@ -9,9 +10,25 @@ import (
 // Turnstile is one turnstile as its routes see it: the orchestration of
 // its GPU, and what its running config tells them.
 type Turnstile struct {
-	*gpu.GPU
+	GPU
 	Config Config
 }
+
+// GPU is what the routes use of a turnstile's *gpu.GPU.
+type GPU interface {
+	Name() string
+	Status() gpu.Status
+	History(since time.Time) gpu.HistoryView
+	Subscribe() (*gpu.Subscription, error)
+	Ready(ctx context.Context, class string) (bool, gpu.Status)
+	TakeHold(ctx context.Context, owner string, ttl time.Duration) (*gpu.Hold, error)
+	TryHold(ctx context.Context, owner string, ttl time.Duration) (*gpu.Hold, error)
+	FindHold(id string) *gpu.Hold
+	CancelJob(ctx context.Context) (gpu.Cancelled, error)
+	ForceEndJob(ctx context.Context, by string) (gpu.Cancelled, error)
+}
+
+var _ GPU = (*gpu.GPU)(nil)
 
 // Config is what a turnstile's running config, and the requests waiting
 // for its GPU, tell its routes. The root's runtime implements it.
