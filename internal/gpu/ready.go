@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sync/singleflight"
 )
 
 // reachableWindow is how long a successful contact with an engine vouches
@@ -55,69 +56,55 @@ func (g *GPU) anyReachable(ctx context.Context, c *Config, engines []Engine) boo
 		}
 	}
 	g.mu.Unlock()
-	if len(engines) == 0 {
-		return false
-	}
-	ok := make(chan bool, len(engines))
+	// Buffered for every engine: a probe outlives a check that gave up.
+	errs := make(chan error, len(engines))
 	for _, e := range engines {
-		p := g.probeOf(c, e)
-		go func() {
-			select {
-			case <-p.done:
-				ok <- p.err == nil
-			case <-ctx.Done():
-				ok <- false
-			}
-		}()
+		if !g.spawn(func() { errs <- g.probe(c, e) }) {
+			errs <- g.ctx.Err() // closing
+		}
 	}
 	for range engines {
-		if <-ok {
-			return true
+		select {
+		case err := <-errs:
+			if err == nil {
+				return true
+			}
+		case <-ctx.Done():
+			return false
 		}
 	}
 	return false
 }
 
-// probeCall is a readiness probe of one engine: done is closed once err
-// is set.
+// probeCall shares one engine's readiness probe among the checks that
+// ask while it is in flight.
 type probeCall struct {
-	done chan struct{}
-	err  error
+	flight singleflight.Group
 }
 
-// probeOf returns the engine's readiness probe in flight, starting one if
-// none is: an engine is probed once at a time, however many checks ask.
-// The probe is the GPU's, not the caller's: a check that gives up does
-// not cut it short for the others.
-func (g *GPU) probeOf(c *Config, e Engine) *probeCall {
+// probe contacts the engine, or joins the probe of it already in flight:
+// an engine is probed once at a time, however many checks ask. The probe
+// is bounded by probe_timeout and by the GPU's life, not by a caller's
+// context: a check that gives up does not cut it short for the others.
+func (g *GPU) probe(c *Config, e Engine) error {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	run := g.runLocked(e.Name())
-	if run.probe != nil {
-		return run.probe
+	if run.probe == nil {
+		run.probe = &probeCall{}
 	}
-	p := &probeCall{done: make(chan struct{})}
-	run.probe = p
-	if !g.spawnLocked(func() {
+	calls := run.probe
+	g.mu.Unlock()
+	_, err, _ := calls.flight.Do("", func() (any, error) {
 		ctx, cancel := context.WithTimeout(g.ctx, c.ProbeTimeout)
+		defer cancel()
 		err := contact(ctx, e)
-		cancel()
 		if err != nil {
 			g.log().Debug(e.Name()+" not reachable for a readiness check", zap.Error(err))
 		}
-		g.update(func() {
-			r := g.runLocked(e.Name())
-			r.up.set(err)
-			r.probe = nil
-		})
-		p.err = err
-		close(p.done)
-	}) {
-		run.probe = nil
-		p.err = g.ctx.Err() // closing
-		close(p.done)
-	}
-	return p
+		g.reached(e, err)
+		return nil, err
+	})
+	return err
 }
 
 // contact makes the cheapest call that shows the engine answers. An

@@ -196,13 +196,13 @@ func (s *Server) sample(j *job) outcome {
 // holdGeneration waits while HoldJobs holds jobs; an interrupt or the
 // model leaving ends the wait as it would end a long step.
 func (s *Server) holdGeneration(j *job) bool {
-	gate := s.hold.Load()
+	gate := s.hold.Held()
 	if gate == nil {
 		return true
 	}
 	s.gpu.Mark(service, j.label()+" held after step 1")
 	select {
-	case <-*gate:
+	case <-gate:
 	case <-j.stopNext:
 	case <-j.modelGone:
 	case <-s.stop:
@@ -225,10 +225,10 @@ func (s *Server) auxiliary(j *job) outcome {
 	s.notePeakLocked()
 	s.mu.Unlock()
 	defer s.dropWorking(j)
-	if gate := s.hold.Load(); gate != nil {
+	if gate := s.hold.Held(); gate != nil {
 		s.gpu.Mark(service, j.label()+" held")
 		select {
-		case <-*gate:
+		case <-gate:
 		case <-s.stop:
 			return aborted
 		}

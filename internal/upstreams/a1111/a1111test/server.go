@@ -29,12 +29,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/fakeserver"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
 )
 
@@ -85,13 +85,13 @@ type Options struct {
 type Server struct {
 	imageOnce sync.Once
 	imageB64  string // what image() answers
-	http      *httptest.Server
+	http      *fakeserver.Server
 	gpu       *gputest.GPU
 	opts      Options
 
-	queue fifoLock      // modules.call_queue.queue_lock
-	move  sync.Mutex    // one checkpoint move (load, unload, reload) at a time
-	stop  chan struct{} // closed by Close: every wait gives up
+	queue fifoLock        // modules.call_queue.queue_lock
+	move  sync.Mutex      // one checkpoint move (load, unload, reload) at a time
+	stop  <-chan struct{} // closed by Close: every wait gives up
 	once  sync.Once
 	ui    sync.WaitGroup // StartUIJob's goroutines
 
@@ -107,38 +107,27 @@ type Server struct {
 	jobs    atomic.Int64
 	unloads atomic.Int64
 	reloads atomic.Int64
-	hold    atomic.Pointer[chan struct{}]
+	hold    fakeserver.Gate
 	down    atomic.Bool // killed, not relaunched (restart.go)
 }
 
 // NewServer starts a fake on a loopback port.
 func NewServer(gpu *gputest.GPU, opts Options) *Server {
-	if opts.JobDuration == 0 {
-		opts.JobDuration = 60 * time.Millisecond
-	}
-	if opts.Steps == 0 {
-		opts.Steps = 6
-	}
-	if opts.LoadDelay == 0 {
-		opts.LoadDelay = 20 * time.Millisecond
-	}
-	if opts.UnloadDelay == 0 {
-		opts.UnloadDelay = 10 * time.Millisecond
-	}
-	if opts.ImageBytes == 0 {
-		opts.ImageBytes = len(pngB64)
-	}
-	if opts.CheckpointBytes == 0 {
-		opts.CheckpointBytes = 4 << 30
-	}
-	s := &Server{gpu: gpu, opts: opts, stop: make(chan struct{}), option: checkpoints[0].title,
+	fakeserver.Default(&opts.JobDuration, 60*time.Millisecond)
+	fakeserver.Default(&opts.Steps, 6)
+	fakeserver.Default(&opts.LoadDelay, 20*time.Millisecond)
+	fakeserver.Default(&opts.UnloadDelay, 10*time.Millisecond)
+	fakeserver.Default(&opts.ImageBytes, len(pngB64))
+	fakeserver.Default(&opts.CheckpointBytes, 4<<30)
+	s := &Server{gpu: gpu, opts: opts, option: checkpoints[0].title,
 		options: map[string]any{}, state: state{jobTimestamp: "0"}}
 	if !opts.NotLoadedAtStart {
 		s.ckpt = checkpoint{title: s.option, where: onGPU,
 			release: gpu.OccupyBytes(service, "checkpoint on GPU: "+s.option+" (loaded at start-up)", opts.ModelBytes)}
 		s.notePeakLocked()
 	}
-	s.http = httptest.NewServer(s.downable(s.routes()))
+	s.http = fakeserver.Start(s.downable(s.routes()))
+	s.stop = s.http.Done()
 	return s
 }
 
@@ -172,13 +161,12 @@ func (s *Server) routes() http.Handler {
 }
 
 // URL is the server's base URL.
-func (s *Server) URL() string { return s.http.URL }
+func (s *Server) URL() string { return s.http.URL() }
 
 // Close stops the server: jobs and waits end, and the process's memory is
 // given back.
 func (s *Server) Close() {
 	s.once.Do(func() {
-		close(s.stop)
 		s.http.Close()
 		s.ui.Wait()
 		s.mu.Lock()
@@ -216,29 +204,13 @@ func (s *Server) OnGPU() bool {
 // after its first step), wait until the returned function is called. An
 // interrupt, or the checkpoint leaving the GPU, ends a generation's wait
 // as it would end a long step.
-func (s *Server) HoldJobs() (resume func()) {
-	ch := make(chan struct{})
-	s.hold.Store(&ch)
-	var once sync.Once
-	return func() { once.Do(func() { s.hold.Store(nil); close(ch) }) }
-}
+func (s *Server) HoldJobs() (resume func()) { return s.hold.Hold() }
 
 // pause waits d, or until the server closes (false).
-func (s *Server) pause(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-s.stop:
-		return false
-	}
-}
+func (s *Server) pause(d time.Duration) bool { return fakeserver.Sleep(s.stop, d) }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
+	fakeserver.WriteJSON(w, status, fakeserver.JSON, v)
 }
 
 // apiError is A1111's answer to an exception in a route (api_middleware's

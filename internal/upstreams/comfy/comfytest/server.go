@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/fakeserver"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
 )
 
@@ -118,24 +119,12 @@ func NewServer(gpu *gputest.GPU, opts Options) *Server {
 // NewUnstarted returns a fake whose listener is not started yet, so the
 // caller may set s.Listener first (the demo uses fixed ports).
 func NewUnstarted(gpu *gputest.GPU, opts Options) *Server {
-	if opts.JobDuration == 0 {
-		opts.JobDuration = 100 * time.Millisecond
-	}
-	if opts.FreeDelay == 0 {
-		opts.FreeDelay = 10 * time.Millisecond
-	}
-	if opts.InterruptDelay == 0 {
-		opts.InterruptDelay = 200 * time.Millisecond
-	}
-	if opts.HistoryLag == 0 {
-		opts.HistoryLag = 100 * time.Millisecond
-	}
-	if opts.TakeDelay == 0 {
-		opts.TakeDelay = 2 * time.Millisecond
-	}
-	if opts.Device == "" {
-		opts.Device = "cuda"
-	}
+	fakeserver.Default(&opts.JobDuration, 100*time.Millisecond)
+	fakeserver.Default(&opts.FreeDelay, 10*time.Millisecond)
+	fakeserver.Default(&opts.InterruptDelay, 200*time.Millisecond)
+	fakeserver.Default(&opts.HistoryLag, 100*time.Millisecond)
+	fakeserver.Default(&opts.TakeDelay, 2*time.Millisecond)
+	fakeserver.Default(&opts.Device, "cuda")
 	s := &Server{gpu: gpu, opts: opts, history: map[string]map[string]any{}, cache: map[string]bool{}, sockets: map[*socket]bool{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	s.Server = httptest.NewUnstartedServer(s.routes())
@@ -270,7 +259,5 @@ func newID() string {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
+	fakeserver.WriteJSON(w, status, fakeserver.JSONUTF8, v)
 }

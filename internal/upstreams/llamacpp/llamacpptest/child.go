@@ -206,7 +206,6 @@ func (s *Server) shutdown(why string) {
 // its port refuses connections at once and its requests are cut.
 func (s *Server) abort(why string) {
 	s.shutdown(why)
-	s.srv.Listener.Close()
-	s.srv.CloseClientConnections()
+	s.srv.Refuse()
 	s.gpu.Mark(service, "process aborted")
 }

@@ -1,10 +1,11 @@
 package llamacpptest
 
 import (
-	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
-	"time"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/fakeserver"
 )
 
 // task is what a model's process does for one route.
@@ -108,7 +109,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, c *child, t *task
 
 // await waits for ch, and reports false if the process stops first or the
 // client goes away.
-func await[T any](x *exchange, ch <-chan T) bool {
+func await(x *exchange, ch <-chan struct{}) bool {
 	select {
 	case <-ch:
 		return true
@@ -118,28 +119,27 @@ func await[T any](x *exchange, ch <-chan T) bool {
 	return false
 }
 
+// errStopped ends a generation whose process stops or whose client has
+// gone.
+var errStopped = errors.New("generation stopped")
+
 // generate produces the tokens, calling emit (if not nil) for each. The
 // first token waits while HoldChats holds generations. It reports false
 // if the process was told to exit (its task loop stops) or the client
 // went away.
 func (x *exchange) generate(emit func(i int)) bool {
-	for i := range x.s.opts.Tokens {
-		if i > 0 {
-			t := time.NewTimer(x.s.opts.TokenDelay)
-			ok := await(x, t.C)
-			t.Stop()
-			if !ok {
-				return false
-			}
+	p := fakeserver.Pacer{Tokens: x.s.opts.Tokens, Delay: x.s.opts.TokenDelay, Gate: &x.s.chats}
+	return p.Run(func(ready <-chan struct{}) error {
+		if !await(x, ready) {
+			return errStopped
 		}
+		return nil
+	}, func(i int) error {
 		if emit != nil {
 			emit(i)
 		}
-		if gate := x.s.chatGate.Load(); i == 0 && gate != nil && !await(x, *gate) {
-			return false
-		}
-	}
-	return true
+		return nil
+	}) == nil
 }
 
 // cut ends an answer the process did not finish: the connection ends when
@@ -165,28 +165,17 @@ func (x *exchange) cut() {
 
 // startStream sends the headers of a server-sent event stream.
 func (x *exchange) startStream() {
-	x.w.Header().Set("Content-Type", "text/event-stream")
-	x.w.WriteHeader(http.StatusOK)
+	fakeserver.StartEvents(x.w, "text/event-stream")
 	x.sent = true
 }
 
 // event sends one server-sent event: "data: {...}\n\n", after an
 // "event: " line if name is not empty.
-func (x *exchange) event(name string, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err)
-	}
-	if name != "" {
-		fmt.Fprintf(x.w, "event: %s\n", name)
-	}
-	fmt.Fprintf(x.w, "data: %s\n\n", b)
-	http.NewResponseController(x.w).Flush()
-}
+func (x *exchange) event(name string, v any) { fakeserver.Event(x.w, name, v) }
 
-// done ends an OpenAI-compatible stream.
+// done ends an OpenAI-compatible stream, flushed at once.
 func (x *exchange) done() {
-	fmt.Fprint(x.w, "data: [DONE]\n\n")
+	fakeserver.EventsDone(x.w)
 	http.NewResponseController(x.w).Flush()
 }
 

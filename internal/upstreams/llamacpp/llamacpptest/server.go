@@ -30,12 +30,12 @@ package llamacpptest
 import (
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/fakeserver"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
 )
 
@@ -90,7 +90,7 @@ type Options struct {
 
 // Server is a running fake llama-server.
 type Server struct {
-	srv    *httptest.Server
+	srv    *fakeserver.Server
 	gpu    *gputest.GPU
 	opts   Options
 	single *model // the model of a single-model server; nil for a router
@@ -110,7 +110,7 @@ type Server struct {
 	requests atomic.Int64
 	loads    atomic.Int64
 	unloads  atomic.Int64
-	chatGate atomic.Pointer[chan struct{}]
+	chats    fakeserver.Gate
 }
 
 // NewServer starts a fake llama-server on a loopback port. It panics
@@ -136,7 +136,7 @@ func NewServer(gpu *gputest.GPU, opts Options) *Server {
 	}
 	slices.Sort(s.ids)
 	s.checkStartup()
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serveHTTP))
+	s.srv = fakeserver.Start(http.HandlerFunc(s.serveHTTP))
 	s.start()
 	return s
 }
@@ -145,21 +145,11 @@ func withDefaults(opts Options) Options {
 	if len(opts.Models) == 0 {
 		opts.Models = []string{"qwen3-8b", "gemma-3-4b"}
 	}
-	if opts.LoadDelay == 0 {
-		opts.LoadDelay = 30 * time.Millisecond
-	}
-	if opts.StopDelay == 0 {
-		opts.StopDelay = 30 * time.Millisecond
-	}
-	if opts.StopTimeout == 0 {
-		opts.StopTimeout = 10 * time.Second
-	}
-	if opts.Tokens == 0 {
-		opts.Tokens = 5
-	}
-	if opts.TokenDelay == 0 {
-		opts.TokenDelay = 2 * time.Millisecond
-	}
+	fakeserver.Default(&opts.LoadDelay, 30*time.Millisecond)
+	fakeserver.Default(&opts.StopDelay, 30*time.Millisecond)
+	fakeserver.Default(&opts.StopTimeout, 10*time.Second)
+	fakeserver.Default(&opts.Tokens, fakeserver.Tokens)
+	fakeserver.Default(&opts.TokenDelay, fakeserver.TokenDelay)
 	return opts
 }
 
@@ -228,13 +218,12 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // URL returns the server's base URL.
-func (s *Server) URL() string { return s.srv.URL }
+func (s *Server) URL() string { return s.srv.URL() }
 
 // Close ends every child and shuts the server down.
 func (s *Server) Close() {
 	s.shutdown("server closed")
-	s.srv.CloseClientConnections()
-	s.srv.Close()
+	s.srv.Cut()
 }
 
 // Requests counts the requests on the model routes (POST) that reached a
@@ -262,12 +251,7 @@ func (s *Server) Status(model string) string {
 
 // HoldChats makes every generation wait, once its process has accepted it
 // and produced its first token, until the returned function is called.
-func (s *Server) HoldChats() (resume func()) {
-	ch := make(chan struct{})
-	s.chatGate.Store(&ch)
-	var once sync.Once
-	return func() { once.Do(func() { s.chatGate.Store(nil); close(ch) }) }
-}
+func (s *Server) HoldChats() (resume func()) { return s.chats.Hold() }
 
 // FailNextLoad makes the next load of model fail: its child exits with
 // code 1 at the end of the load, and the model turns unloaded with

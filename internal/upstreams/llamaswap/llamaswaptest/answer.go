@@ -1,13 +1,14 @@
 package llamaswaptest
 
 import (
-	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/fakeserver"
 )
 
 // answer is the process's own answer to a forwarded request, standing in
@@ -73,19 +74,13 @@ func (g *generation) run(chunk func(i int) any, final func() any) {
 		g.s.gpu.Mark(service, "done "+g.r.URL.Path+" "+g.model)
 		return
 	}
-	g.w.Header().Set("Content-Type", "text/event-stream")
-	g.w.WriteHeader(http.StatusOK)
-	event := func(v any) {
-		b, _ := json.Marshal(v)
-		fmt.Fprintf(g.w, "data: %s\n\n", b)
-		http.NewResponseController(g.w).Flush()
-	}
-	if !g.pace(func(i int) { event(chunk(i)) }) {
+	fakeserver.StartEvents(g.w, "text/event-stream")
+	if !g.pace(func(i int) { fakeserver.Event(g.w, "", chunk(i)) }) {
 		g.cutOff(true)
 		return
 	}
-	event(final())
-	fmt.Fprint(g.w, "data: [DONE]\n\n")
+	fakeserver.Event(g.w, "", final())
+	fakeserver.EventsDone(g.w)
 	g.s.gpu.Mark(service, "done "+g.r.URL.Path+" "+g.model)
 }
 
@@ -104,14 +99,11 @@ func (g *generation) cutOff(begun bool) {
 // first while HoldChats is in force. It returns false when the upstream is
 // cut (or the client or the fake goes away) first.
 func (g *generation) pace(emit func(int)) bool {
-	ctx := g.r.Context()
-	for i := range g.s.opts.Tokens {
-		if i > 0 && !await(ctx, g, time.After(g.s.opts.TokenDelay)) {
-			return false
-		}
+	p := fakeserver.Pacer{Tokens: g.s.opts.Tokens, Delay: g.s.opts.TokenDelay, Gate: &g.s.chats}
+	return p.Run(g.await, func(i int) error {
 		select {
 		case <-g.cut:
-			return false
+			return errCut
 		default:
 		}
 		if emit != nil {
@@ -120,23 +112,23 @@ func (g *generation) pace(emit func(int)) bool {
 		if i == 0 {
 			g.s.gpu.Mark(service, "generating "+g.r.URL.Path+" "+g.model)
 		}
-		if gate := g.s.chatGate.Load(); i == 0 && gate != nil && !await(ctx, g, *gate) {
-			return false
-		}
-	}
-	return true
+		return nil
+	}) == nil
 }
 
-// await blocks until ready fires; false if the answer must end first.
-func await[T any](ctx context.Context, g *generation, ready <-chan T) bool {
+// errCut ends an answer whose upstream is gone.
+var errCut = errors.New("upstream cut")
+
+// await blocks until ready is closed; errCut if the answer must end first.
+func (g *generation) await(ready <-chan struct{}) error {
 	select {
 	case <-ready:
-		return true
+		return nil
 	case <-g.cut:
-	case <-ctx.Done():
+	case <-g.r.Context().Done():
 	case <-g.s.ctx.Done():
 	}
-	return false
+	return errCut
 }
 
 func (g *generation) chatChunk(i int) any {
@@ -194,7 +186,5 @@ func (g *generation) usage() map[string]int {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
+	fakeserver.WriteJSON(w, status, fakeserver.JSONUTF8, v)
 }

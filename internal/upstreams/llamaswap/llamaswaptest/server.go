@@ -36,12 +36,12 @@ package llamaswaptest
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/fakeserver"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
 )
 
@@ -74,11 +74,10 @@ type Options struct {
 
 // Server is a running fake llama-swap.
 type Server struct {
-	srv    *httptest.Server
-	gpu    *gputest.GPU
-	opts   Options
-	ctx    context.Context // ends at Close, releasing every wait
-	cancel context.CancelFunc
+	srv  *fakeserver.Server
+	gpu  *gputest.GPU
+	opts Options
+	ctx  context.Context // ends at Close, releasing every wait
 
 	procs  map[string]*process // fixed at construction
 	models []string            // sorted
@@ -93,7 +92,7 @@ type Server struct {
 	requests atomic.Int64
 	starts   atomic.Int64
 	unloads  atomic.Int64
-	chatGate atomic.Pointer[chan struct{}]
+	chats    fakeserver.Gate
 }
 
 // NewServer starts a fake llama-swap on a loopback port.
@@ -101,44 +100,32 @@ func NewServer(gpu *gputest.GPU, opts Options) *Server {
 	if len(opts.Models) == 0 {
 		opts.Models = []string{"qwen3-8b", "gemma-3-4b"}
 	}
-	if opts.StartDelay == 0 {
-		opts.StartDelay = 30 * time.Millisecond
-	}
-	if opts.StopDelay == 0 {
-		opts.StopDelay = 20 * time.Millisecond
-	}
-	if opts.Tokens == 0 {
-		opts.Tokens = 5
-	}
-	if opts.TokenDelay == 0 {
-		opts.TokenDelay = 2 * time.Millisecond
-	}
-	if opts.ConcurrencyLimit == 0 {
-		opts.ConcurrencyLimit = 10
-	}
+	fakeserver.Default(&opts.StartDelay, 30*time.Millisecond)
+	fakeserver.Default(&opts.StopDelay, 20*time.Millisecond)
+	fakeserver.Default(&opts.Tokens, fakeserver.Tokens)
+	fakeserver.Default(&opts.TokenDelay, fakeserver.TokenDelay)
+	fakeserver.Default(&opts.ConcurrencyLimit, 10)
 	s := &Server{
 		gpu: gpu, opts: opts, procs: map[string]*process{},
 		loop: make(chan struct{}, 1), active: map[string]*swap{},
 		reserved: map[string]int{}, inFlight: map[string]int{},
 	}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
 	for i, m := range opts.Models {
 		s.procs[m] = &process{s: s, model: m, port: 5800 + i, state: stateStopped}
 		s.models = append(s.models, m)
 	}
 	sort.Strings(s.models)
-	s.srv = httptest.NewServer(s.routes())
+	s.srv = fakeserver.Start(s.routes())
+	s.ctx = s.srv.Context()
 	return s
 }
 
 // URL returns the fake's base URL.
-func (s *Server) URL() string { return s.srv.URL }
+func (s *Server) URL() string { return s.srv.URL() }
 
 // Close shuts the fake down and ends its processes.
 func (s *Server) Close() {
-	s.cancel()
-	s.srv.CloseClientConnections()
-	s.srv.Close()
+	s.srv.Cut()
 	var wg sync.WaitGroup
 	for _, p := range s.procs {
 		wg.Go(p.stop)
@@ -168,12 +155,7 @@ func (s *Server) State(model string) string {
 
 // HoldChats makes every generation wait, after its first token, until the
 // returned function is called.
-func (s *Server) HoldChats() (resume func()) {
-	ch := make(chan struct{})
-	s.chatGate.Store(&ch)
-	var once sync.Once
-	return func() { once.Do(func() { s.chatGate.Store(nil); close(ch) }) }
-}
+func (s *Server) HoldChats() (resume func()) { return s.chats.Hold() }
 
 // modelPostRoutes are llama-swap's model-routed POST routes (JSON body,
 // or a form for the audio transcription and image edit routes).

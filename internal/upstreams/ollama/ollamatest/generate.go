@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/fakeserver"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama"
 )
 
@@ -128,26 +129,20 @@ func (s *Server) streamNDJSON(w http.ResponseWriter, r *http.Request, c genChunk
 }
 
 // generateTokens paces a generation, calling emit for each token.
+// It ends early if the client goes away.
 func (s *Server) generateTokens(r *http.Request, emit func(int)) {
-	for i := range s.opts.Tokens {
-		if i > 0 {
-			select {
-			case <-time.After(s.opts.TokenDelay):
-			case <-r.Context().Done():
-				return
-			}
+	p := fakeserver.Pacer{Tokens: s.opts.Tokens, Delay: s.opts.TokenDelay, Gate: &s.chats}
+	p.Run(func(ready <-chan struct{}) error {
+		select {
+		case <-ready:
+			return nil
+		case <-r.Context().Done():
+			return r.Context().Err()
 		}
+	}, func(i int) error {
 		if emit != nil {
 			emit(i)
 		}
-		if i == 0 {
-			if gate := s.chatGate.Load(); gate != nil {
-				select {
-				case <-*gate:
-				case <-r.Context().Done():
-					return
-				}
-			}
-		}
-	}
+		return nil
+	})
 }

@@ -1,13 +1,13 @@
 package ollamatest
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/fakeserver"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama"
 )
 
@@ -59,20 +59,14 @@ func (s *Server) chatCompletion(w http.ResponseWriter, r *http.Request, model st
 			"usage":   map[string]int{"prompt_tokens": 1, "completion_tokens": s.opts.Tokens, "total_tokens": s.opts.Tokens + 1}})
 		return
 	}
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.WriteHeader(200)
-	bw := bufio.NewWriter(w)
+	fakeserver.StartEvents(w, "text/event-stream")
 	event := func(delta map[string]string, finish any) {
-		b, _ := json.Marshal(map[string]any{"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": created, "model": model,
+		fakeserver.Event(w, "", map[string]any{"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": created, "model": model,
 			"choices": []map[string]any{{"index": 0, "delta": delta, "finish_reason": finish}}})
-		fmt.Fprintf(bw, "data: %s\n\n", b)
-		bw.Flush()
-		http.NewResponseController(w).Flush()
 	}
 	s.generateTokens(r, func(i int) {
 		event(map[string]string{"role": "assistant", "content": fmt.Sprintf("tok%d ", i)}, nil)
 	})
 	event(map[string]string{"role": "assistant", "content": ""}, "stop")
-	fmt.Fprint(bw, "data: [DONE]\n\n")
-	bw.Flush()
+	fakeserver.EventsDone(w)
 }

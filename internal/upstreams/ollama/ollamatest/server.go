@@ -15,7 +15,6 @@
 package ollamatest
 
 import (
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -23,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/fakeserver"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama"
 )
@@ -105,7 +105,7 @@ type Server struct {
 	psStatus atomic.Int64 // nonzero: /api/ps answers this status
 	stuck    atomic.Bool  // unload requests are accepted but never done
 	undone   atomic.Bool  // NDJSON streams end on a "done":false line
-	chatGate atomic.Pointer[chan struct{}]
+	chats    fakeserver.Gate
 }
 
 // NewServer starts a fake Ollama on a loopback port.
@@ -121,30 +121,14 @@ func NewUnstarted(gpu *gputest.GPU, opts Options) *Server {
 	if len(opts.Models) == 0 {
 		opts.Models = []string{"llama3.2", "qwen3:8b", "nomic-embed-text"}
 	}
-	if opts.LoadDelay == 0 {
-		opts.LoadDelay = 20 * time.Millisecond
-	}
-	if opts.UnloadDelay == 0 {
-		opts.UnloadDelay = 20 * time.Millisecond
-	}
-	if opts.Tokens == 0 {
-		opts.Tokens = 5
-	}
-	if opts.TokenDelay == 0 {
-		opts.TokenDelay = 2 * time.Millisecond
-	}
-	if opts.SizeVRAM == 0 {
-		opts.SizeVRAM = 5 << 30
-	}
-	if opts.Parallel == 0 {
-		opts.Parallel = 1
-	}
-	if opts.AbortDelay == 0 {
-		opts.AbortDelay = 300 * time.Millisecond
-	}
-	if opts.MinimumVRAM == 0 {
-		opts.MinimumVRAM = 457 << 20
-	}
+	fakeserver.Default(&opts.LoadDelay, 20*time.Millisecond)
+	fakeserver.Default(&opts.UnloadDelay, 20*time.Millisecond)
+	fakeserver.Default(&opts.Tokens, fakeserver.Tokens)
+	fakeserver.Default(&opts.TokenDelay, fakeserver.TokenDelay)
+	fakeserver.Default(&opts.SizeVRAM, 5<<30)
+	fakeserver.Default(&opts.Parallel, 1)
+	fakeserver.Default(&opts.AbortDelay, 300*time.Millisecond)
+	fakeserver.Default(&opts.MinimumVRAM, 457<<20)
 	s := &Server{gpu: gpu, opts: opts, library: map[string]bool{}, models: map[string]*model{}, runners: map[*runner]bool{},
 		sizes: map[string]int64{}, oom: map[string]bool{}}
 	for _, m := range opts.Models {
@@ -220,12 +204,7 @@ func (s *Server) SetUnloadStuck(stuck bool) { s.stuck.Store(stuck) }
 
 // HoldChats makes every generation wait, after it has loaded and sent its
 // first token, until the returned function is called.
-func (s *Server) HoldChats() (resume func()) {
-	ch := make(chan struct{})
-	s.chatGate.Store(&ch)
-	var once sync.Once
-	return func() { once.Do(func() { s.chatGate.Store(nil); close(ch) }) }
-}
+func (s *Server) HoldChats() (resume func()) { return s.chats.Hold() }
 
 // Loaded lists the models loaded or loading now (not aborted loads).
 func (s *Server) Loaded() []string {
@@ -248,7 +227,5 @@ func (s *Server) size(name string) int64 {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
+	fakeserver.WriteJSON(w, status, fakeserver.JSONUTF8, v)
 }

@@ -1,7 +1,6 @@
 package vllmtest
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/fakeserver"
 )
 
 // modelRoute serves chat, completions and embeddings: the request is
@@ -71,17 +72,16 @@ type generation struct {
 // requests a sleep aborts; the answer is still a 200.
 func (g *generation) run() {
 	if g.stream {
-		g.w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
-		g.w.WriteHeader(http.StatusOK)
+		fakeserver.StartEvents(g.w, "text/event-stream; charset=utf-8")
 		if g.chat {
-			g.event(g.chunk(map[string]string{"role": "assistant", "content": ""}, "", nil))
+			fakeserver.Event(g.w, "", g.chunk(map[string]string{"role": "assistant", "content": ""}, "", nil))
 		}
 	}
 	var text strings.Builder
 	finish, err := g.pace(func(tok string) {
 		text.WriteString(tok)
 		if g.stream {
-			g.event(g.chunk(map[string]string{"content": tok}, tok, nil))
+			fakeserver.Event(g.w, "", g.chunk(map[string]string{"content": tok}, tok, nil))
 		}
 	})
 	if err != nil {
@@ -89,8 +89,8 @@ func (g *generation) run() {
 	}
 	g.s.gpu.Mark(service, "finished "+g.r.URL.Path+" "+finish)
 	if g.stream {
-		g.event(g.chunk(map[string]string{}, "", finish))
-		fmt.Fprint(g.w, "data: [DONE]\n\n")
+		fakeserver.Event(g.w, "", g.chunk(map[string]string{}, "", finish))
+		fakeserver.EventsDone(g.w)
 		return
 	}
 	choice := map[string]any{"index": 0, "finish_reason": finish, "stop_reason": nil, "logprobs": nil}
@@ -110,14 +110,10 @@ func (g *generation) run() {
 // aborted the request.
 func (g *generation) pace(emit func(string)) (finish string, err error) {
 	ctx := g.r.Context()
-	for i := range g.s.opts.Tokens {
-		if i > 0 {
-			if err := await(ctx, g, time.After(g.s.opts.TokenDelay)); err != nil {
-				return abortOr(err)
-			}
-		}
+	p := fakeserver.Pacer{Tokens: g.s.opts.Tokens, Delay: g.s.opts.TokenDelay, Gate: &g.s.chats}
+	err = p.Run(g.await, func(i int) error {
 		if err := g.s.eng.step(ctx, g.rq); err != nil {
-			return abortOr(err)
+			return err
 		}
 		tok := fmt.Sprintf("tok%d ", i)
 		if g.s.eng.emptyWeights() {
@@ -127,18 +123,18 @@ func (g *generation) pace(emit func(string)) (finish string, err error) {
 		if i == 0 {
 			g.s.gpu.Mark(service, "generating "+g.r.URL.Path)
 		}
-		if gate := g.s.chatGate.Load(); i == 0 && gate != nil {
-			if err := await(ctx, g, *gate); err != nil {
-				return abortOr(err)
-			}
-		}
+		return nil
+	})
+	if err != nil {
+		return abortOr(err)
 	}
 	return "stop", nil
 }
 
-// await blocks until ready fires, the request is aborted (errAborted) or
-// the client or the fake goes away.
-func await[T any](ctx context.Context, g *generation, ready <-chan T) error {
+// await blocks until ready is closed, the request is aborted (errAborted)
+// or the client or the fake goes away.
+func (g *generation) await(ready <-chan struct{}) error {
+	ctx := g.r.Context()
 	select {
 	case <-ready:
 		return nil
@@ -178,10 +174,4 @@ func (g *generation) chunk(delta map[string]string, text string, finish any) map
 		choice["text"] = text
 	}
 	return map[string]any{"id": g.id(), "object": object, "created": g.created, "model": g.s.opts.Model, "choices": []any{choice}}
-}
-
-func (g *generation) event(v any) {
-	b, _ := json.Marshal(v)
-	fmt.Fprintf(g.w, "data: %s\n\n", b)
-	http.NewResponseController(g.w).Flush()
 }

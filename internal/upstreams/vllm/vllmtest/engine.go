@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"time"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/fakeserver"
 )
 
 // pause is the scheduler's pause state, as vLLM's PauseState.
@@ -171,7 +172,7 @@ func (e *engine) offload(level int) {
 	if asleep {
 		return
 	}
-	sleepFor(e.s.ctx, e.s.opts.SleepDelay)
+	fakeserver.Sleep(e.s.ctx.Done(), e.s.opts.SleepDelay)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.weightsOff, e.kvOff, e.discarded = true, true, level >= 2
@@ -217,7 +218,7 @@ func (e *engine) wakeMemory(tags []string) {
 	if !needed {
 		return // vLLM's executor is not sleeping: nothing to do
 	}
-	sleepFor(e.s.ctx, e.s.opts.WakeDelay)
+	fakeserver.Sleep(e.s.ctx.Done(), e.s.opts.WakeDelay)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if weights && e.weightsOff {
@@ -266,15 +267,5 @@ func (e *engine) exit() {
 	if e.release != nil {
 		e.release("exit")
 		e.release = nil
-	}
-}
-
-// sleepFor waits d, or until ctx ends.
-func sleepFor(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
 	}
 }

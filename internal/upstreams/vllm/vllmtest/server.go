@@ -29,13 +29,11 @@ package vllmtest
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
-	"net/http/httptest"
-	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/fakeserver"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
 )
 
@@ -71,18 +69,17 @@ type Options struct {
 
 // Server is a running fake vLLM.
 type Server struct {
-	srv    *httptest.Server
-	gpu    *gputest.GPU
-	opts   Options
-	ctx    context.Context // ends at Close, releasing every wait
-	cancel context.CancelFunc
+	srv  *fakeserver.Server
+	gpu  *gputest.GPU
+	opts Options
+	ctx  context.Context // ends at Close, releasing every wait
 
 	eng engine
 
 	requests atomic.Int64
 	sleeps   atomic.Int64
 	wakes    atomic.Int64
-	chatGate atomic.Pointer[chan struct{}]
+	chats    fakeserver.Gate
 }
 
 // NewServer starts a fake vLLM on a loopback port, its weights loaded.
@@ -90,33 +87,23 @@ func NewServer(gpu *gputest.GPU, opts Options) *Server {
 	if opts.Model == "" {
 		opts.Model = "Qwen/Qwen3-8B"
 	}
-	if opts.SleepDelay == 0 {
-		opts.SleepDelay = 20 * time.Millisecond
-	}
-	if opts.WakeDelay == 0 {
-		opts.WakeDelay = 30 * time.Millisecond
-	}
-	if opts.Tokens == 0 {
-		opts.Tokens = 5
-	}
-	if opts.TokenDelay == 0 {
-		opts.TokenDelay = 2 * time.Millisecond
-	}
+	fakeserver.Default(&opts.SleepDelay, 20*time.Millisecond)
+	fakeserver.Default(&opts.WakeDelay, 30*time.Millisecond)
+	fakeserver.Default(&opts.Tokens, fakeserver.Tokens)
+	fakeserver.Default(&opts.TokenDelay, fakeserver.TokenDelay)
 	s := &Server{gpu: gpu, opts: opts}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.eng = engine{s: s, running: map[*request]bool{}, changed: make(chan struct{}), release: gpu.OccupyBytes(service, "weights "+opts.Model, opts.ModelBytes)}
-	s.srv = httptest.NewServer(s.routes())
+	s.srv = fakeserver.Start(s.routes())
+	s.ctx = s.srv.Context()
 	return s
 }
 
 // URL returns the fake's base URL.
-func (s *Server) URL() string { return s.srv.URL }
+func (s *Server) URL() string { return s.srv.URL() }
 
 // Close shuts the fake down; its memory is freed with the process.
 func (s *Server) Close() {
-	s.cancel()
-	s.srv.CloseClientConnections()
-	s.srv.Close()
+	s.srv.Cut()
 	s.eng.exit()
 }
 
@@ -138,12 +125,7 @@ func (s *Server) Queued() int { return s.eng.queuedNow() }
 
 // HoldChats makes every generation wait, after its first token, until the
 // returned function is called (a sleep in abort mode still ends it).
-func (s *Server) HoldChats() (resume func()) {
-	ch := make(chan struct{})
-	s.chatGate.Store(&ch)
-	var once sync.Once
-	return func() { once.Do(func() { s.chatGate.Store(nil); close(ch) }) }
-}
+func (s *Server) HoldChats() (resume func()) { return s.chats.Hold() }
 
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
@@ -173,7 +155,5 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request) {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
+	fakeserver.WriteJSON(w, status, fakeserver.JSON, v)
 }
