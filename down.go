@@ -9,10 +9,16 @@ import (
 )
 
 // answerFailedForward answers a request whose forward failed before
-// anything was sent (httpapi.AnswerEngineDown). Any other outcome is
-// returned as it is.
+// anything was sent (httpapi.AnswerEngineDown), and records a forward
+// that was answered as a contact. Any other outcome is returned as it
+// is.
 func (h *Handler) answerFailedForward(w http.ResponseWriter, r *http.Request, c route.Class, err error) error {
 	if err == nil {
+		// An answer is a contact: the engine it came from is reachable
+		// again. Looked up only while one is not (one atomic load).
+		if h.ts.gpu.Unreached() {
+			h.ts.gpu.NoteForwarded(httpapi.Upstream(r))
+		}
 		return nil
 	}
 	return h.answerEngineDown(w, r, c, err)

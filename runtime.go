@@ -73,6 +73,8 @@ type orchestration interface {
 	ServeLLM(ctx context.Context, run gpu.LLMRun) gpu.LLMServed
 	RunImage(ctx context.Context, run gpu.ImageRun) (string, error)
 	NoteUnreachable(name string, err error)
+	Unreached() bool
+	NoteForwarded(hostport string)
 	RetryAfter(auto bool, fixed, def time.Duration) time.Duration
 	State() lock.State
 	SetStatusView(view func(gpu.Status) any)

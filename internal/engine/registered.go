@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"errors"
+
 	"bytes"
 	"strings"
 
@@ -45,3 +47,16 @@ func OutOfMemory(head []byte) bool {
 // Refused reports whether err is a refused connection: no process
 // answers on the engine's port.
 func Refused(err error) bool { return jsonhttp.Refused(err) }
+
+// Unreached reports whether err is a call to the engine that got no
+// answer at all (refused, reset, timed out before an answer). An error
+// that came with an answer, such as a confirmation that never came
+// (the engine said its model still runs), is no failed contact.
+func Unreached(err error) bool { return jsonhttp.Unreached(err) }
+
+// Answered reports whether err came with the engine's answer (a status
+// other than 2xx): the engine was reached.
+func Answered(err error) bool {
+	var se *jsonhttp.StatusError
+	return errors.As(err, &se)
+}

@@ -77,8 +77,69 @@ func (g *GPU) setState(e Engine, s engineState) {
 	g.withRun(e, func(r *engineRun) { r.state = s })
 }
 
-// reached records the outcome of a contact with e.
+// reached records the outcome of a call to e (reachability.note).
 func (g *GPU) reached(e Engine, err error) {
+	g.withRun(e, func(r *engineRun) { r.up.note(err) })
+}
+
+// all is c's engines, LLM engines first.
+func (c *Config) all() []Engine {
+	all := make([]Engine, 0, len(c.LLMs)+len(c.Images))
+	for _, e := range c.LLMs {
+		all = append(all, e)
+	}
+	for _, e := range c.Images {
+		all = append(all, e)
+	}
+	return all
+}
+
+// engineAt is c's engine at the upstream hostport, or nil.
+func (c *Config) engineAt(hostport string) Engine {
+	if hostport == "" {
+		return nil
+	}
+	up := netaddr.UpstreamAddr(hostport)
+	for _, e := range c.all() {
+		if a, err := netaddr.EngineAddr(e.URL()); err == nil && a == up {
+			return e
+		}
+	}
+	return nil
+}
+
+// anyUnreachedLocked reports whether an engine's last contact failed;
+// g.mu is held.
+func (g *GPU) anyUnreachedLocked() bool {
+	for _, r := range g.runs {
+		if r.up.v == 2 {
+			return true
+		}
+	}
+	return false
+}
+
+// Unreached reports whether an engine's last contact failed: only then is
+// a successful forward worth recording (NoteForwarded). One atomic load,
+// for the LLM fast path.
+func (g *GPU) Unreached() bool { return g.unreached.Load() }
+
+// NoteForwarded records that a request was forwarded to the upstream
+// hostport and answered: a contact with the engine at that address, if
+// one is. The status then shows it reachable again.
+func (g *GPU) NoteForwarded(hostport string) {
+	c := g.cfg()
+	if c == nil || hostport == "" {
+		return
+	}
+	if e := c.engineAt(hostport); e != nil {
+		g.probed(e, nil)
+	}
+}
+
+// probed records the outcome of a readiness probe of e, or of a forward
+// to it: any failure is a failed contact.
+func (g *GPU) probed(e Engine, err error) {
 	g.withRun(e, func(r *engineRun) { r.up.set(err) })
 }
 
@@ -185,21 +246,10 @@ func (c *Config) warmEngine() LLMEngine {
 // to, "" if it says none), else, for an LLM route, the first LLM engine,
 // else the only engine. Nil if none fits.
 func (c *Config) EngineFor(hostport, kind string, llm bool) Engine {
-	all := make([]Engine, 0, len(c.LLMs)+len(c.Images))
-	for _, e := range c.LLMs {
-		all = append(all, e)
+	if e := c.engineAt(hostport); e != nil {
+		return e
 	}
-	for _, e := range c.Images {
-		all = append(all, e)
-	}
-	if hostport != "" {
-		up := netaddr.UpstreamAddr(hostport)
-		for _, e := range all {
-			if a, err := netaddr.EngineAddr(e.URL()); err == nil && a == up {
-				return e
-			}
-		}
-	}
+	all := c.all()
 	for _, e := range all {
 		if kind != "" && e.Kind() == kind {
 			return e

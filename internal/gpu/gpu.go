@@ -18,12 +18,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/presence"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
 )
@@ -104,6 +106,9 @@ type GPU struct {
 	// subscribes to the events: the lock's observer, on every LLM
 	// request's way, reads it and does nothing more while it is clear.
 	watched atomic.Bool
+	// unreached is set while an engine's last contact failed, so that a
+	// successful forward, which checks it, records a contact only then.
+	unreached atomic.Bool
 
 	// ctx ends with Close; background work and job watches end with it.
 	ctx    context.Context
@@ -260,12 +265,28 @@ type reachability struct {
 	okAt time.Time // the last successful contact
 }
 
+// set records a contact whose every failure is a failed contact (a
+// readiness probe, a lost event stream, a failed forward).
 func (r *reachability) set(err error) {
 	if err == nil {
 		r.okAt = time.Now()
 		r.v = 1
 	} else {
 		r.v = 2
+	}
+}
+
+// note records the outcome of a call to the engine: an answer of any
+// kind, or a confirmation that failed after answers (the engine said its
+// model still runs), is a contact; only a call that got no answer
+// (engine.Unreached) is a failed one. Anything else (the caller's own
+// deadline) says nothing either way.
+func (r *reachability) note(err error) {
+	switch {
+	case engine.Unreached(err):
+		r.set(err)
+	case err == nil, engine.Answered(err), errors.Is(err, ErrNotEmptied):
+		r.set(nil)
 	}
 }
 

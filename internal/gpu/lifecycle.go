@@ -194,7 +194,7 @@ func (g *GPU) wake(ctx context.Context, c *Config, e LLMEngine, w Waker) bool {
 	took := time.Since(start)
 	stepEvent(ctx, "woken", e.Name(), took, err)
 	g.withRun(e, func(r *engineRun) {
-		r.up.set(err)
+		r.up.note(err)
 		if err != nil {
 			r.state = stateAsleep
 		} else {

@@ -101,7 +101,7 @@ func (g *GPU) probe(c *Config, e Engine) error {
 		if err != nil {
 			g.log().Debug(e.Name()+" not reachable for a readiness check", zap.Error(err))
 		}
-		g.reached(e, err)
+		g.probed(e, err)
 		return nil, err
 	})
 	return err
@@ -129,7 +129,7 @@ func contact(ctx context.Context, e Engine) error {
 func (g *GPU) NoteUnreachable(name string, err error) {
 	if c := g.cfg(); c != nil {
 		if e := c.engine(name); e != nil {
-			g.reached(e, err)
+			g.probed(e, err)
 		}
 	}
 }

@@ -245,7 +245,7 @@ func (g *GPU) probeLLM(c *Config, e LLMEngine) {
 			zap.String("url", RedactURL(e.URL())), zap.Error(err))
 		return
 	case err != nil:
-		g.reached(e, err)
+		g.probed(e, err)
 		g.log().Warn(e.Name()+" not reachable at start-up; image jobs proceed only if it refuses connections (not running)",
 			zap.String("url", RedactURL(e.URL())), zap.Error(err))
 		return
@@ -282,7 +282,7 @@ func (g *GPU) probeQueue(ctx context.Context, e ImageEngine) (running, pending i
 	delay := min(c.BackoffInitial, 100*time.Millisecond)
 	for {
 		running, pending, err = e.Queue(ctx)
-		g.reached(e, err)
+		g.probed(e, err)
 		if err == nil || engine.Refused(err) || ctx.Err() != nil {
 			return running, pending, err
 		}

@@ -115,7 +115,7 @@ func (g *GPU) emptyLLM(ctx context.Context, c *Config, e LLMEngine, abnormal tim
 	stepEvent(ctx, "emptied", e.Name(), took, err)
 	_, waker := e.(Waker)
 	g.withRun(e, func(r *engineRun) {
-		r.up.set(contact)
+		r.up.note(contact)
 		switch {
 		case err != nil && errors.Is(err, ErrCannotEmpty):
 			r.state = stateUnemptiable

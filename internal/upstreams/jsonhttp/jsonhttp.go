@@ -95,7 +95,10 @@ func (c Client) Do(ctx context.Context, method, path string, in, out any, limit 
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return err
+		if ctx.Err() != nil {
+			return err // the caller gave up: no verdict on the server
+		}
+		return &ContactError{Upstream: c.name, Err: err}
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, limit))
@@ -117,6 +120,24 @@ func (c Client) Do(ctx context.Context, method, path string, in, out any, limit 
 	// An answer that streams NDJSON despite asking for one object: the
 	// first object is enough.
 	return json.NewDecoder(bytes.NewReader(data)).Decode(out)
+}
+
+// ContactError is a request that got no answer: the connection was
+// refused, reset or timed out before a status line came. Any other error
+// of Do comes with an answer, so the server was reached.
+type ContactError struct {
+	Upstream string
+	Err      error
+}
+
+func (e *ContactError) Error() string { return e.Err.Error() }
+func (e *ContactError) Unwrap() error { return e.Err }
+
+// Unreached reports whether err is a request that got no answer
+// (ContactError): the server was not reached.
+func Unreached(err error) bool {
+	var ce *ContactError
+	return errors.As(err, &ce)
 }
 
 // Refused reports whether err means nothing listens at the server's
