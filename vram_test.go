@@ -170,7 +170,11 @@ func TestCoResidentDuringARender(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	h.waitStatus("a first reading", func(st Status) bool { return st.VRAM != nil && !st.VRAM.Stale })
+	// The first render is measured only if ComfyUI owes no free by then:
+	// the start-up's free of it comes first.
+	h.waitStatus("a first reading, and ComfyUI freed at start-up", func(st Status) bool {
+		return st.VRAM != nil && !st.VRAM.Stale && engineState(st, "comfyui") == "freed" && !st.FreeOwed
+	})
 	rendering := func(st Status) bool {
 		return st.State == "image" && st.VRAM.Job != nil && st.Job != nil && st.Job.Phase == "running"
 	}
