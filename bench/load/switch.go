@@ -15,8 +15,8 @@ import (
 )
 
 // The switch benchmark's detailed rig is about Ollama and ComfyUI alone
-// (their own unload and free marks), as are the scale and day rigs built
-// on simulated: they name those two fakes, whereas -llm's pairs start any
+// (their own unload and free marks), as is the scale benchmark's, built on
+// simulated too: they name those two fakes, whereas -llm's pairs start any
 // kind through the registry (pairs.go).
 
 // The simulated Ollama and ComfyUI of the detailed switch benchmark, with
