@@ -8,67 +8,55 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/a1111/a1111test"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy/comfytest"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/kinds"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/kinds/kindstest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/llamacpp/llamacpptest"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/llamaswap/llamaswaptest"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama/ollamatest"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/vllm/vllmtest"
 )
 
-// fakeEngine is a simulated engine for the switch benchmark, with the
-// timeline marks that say when a request reached it and when its work
-// ended.
+// fakeEngine is a simulated engine for the switch benchmark: its kind and
+// the registry's fake of it, whose marks say when a request reached it and
+// when its work ended.
 type fakeEngine struct {
-	kind, url string
-	service   string // its name on the simulated GPU
-	close     func()
-	path      string        // the request that uses the GPU
-	body      func() string // its body
-	arrive    string        // the mark of that request reaching the engine
-	end       string        // the mark of its work ending
-	busy      string        // the mark of that request running, if not arrive
+	kind string
+	engine.Fake
 }
 
-// The simulated Ollama and ComfyUI, with delays of a tenth of real ones or
-// so; the switch benchmarks subtract the engines' own work.
+// The delays of the pairs' simulated engines, a tenth of real ones or so;
+// the benchmark subtracts the engines' own work. (vLLM's wake takes as
+// long as its sleep.)
 var (
-	fakeOllama = ollamatest.Options{LoadDelay: 30 * time.Millisecond, UnloadDelay: 80 * time.Millisecond, Tokens: 3, TokenDelay: 5 * time.Millisecond}
-	fakeComfy  = comfytest.Options{JobDuration: 150 * time.Millisecond, FreeDelay: 40 * time.Millisecond}
+	pairLLM   = engine.FakeOptions{Load: 30 * time.Millisecond, Wake: 80 * time.Millisecond, Unload: 80 * time.Millisecond, Tokens: 3, TokenDelay: 5 * time.Millisecond}
+	pairImage = engine.FakeOptions{Job: 150 * time.Millisecond, Load: 40 * time.Millisecond, Unload: 40 * time.Millisecond}
 )
 
-// startFake starts a simulated engine of kind, with delays of a tenth of
-// real ones or so; the benchmark subtracts the engines' own work.
+// startFake starts the registry's fake of kind, with the pairs' delays.
 func startFake(gpu *gputest.GPU, kind string) (fakeEngine, error) {
-	chat := func(model string) func() string {
-		return func() string { return chatBody(model) }
+	k, ok := kinds.Named(kind)
+	if !ok {
+		return fakeEngine{}, fmt.Errorf("no engine kind %q", kind)
 	}
-	switch kind {
-	case "ollama":
-		s := ollamatest.NewServer(gpu, fakeOllama)
-		return fakeEngine{kind: kind, url: s.URL, service: "ollama", close: s.Close, path: "/api/chat", body: chat("llama3.2"), arrive: "request /api/chat", end: "done /api/chat"}, nil
-	case "llamacpp":
-		s := llamacpptest.NewServer(gpu, llamacpptest.Options{LoadDelay: 30 * time.Millisecond, StopDelay: 80 * time.Millisecond, Tokens: 3, TokenDelay: 5 * time.Millisecond})
-		return fakeEngine{kind: kind, url: s.URL(), service: "llamacpp", close: s.Close, path: "/v1/chat/completions", body: chat("qwen3-8b"), arrive: "load qwen3-8b", end: "served", busy: "request /v1/chat/completions"}, nil
-	case "llamaswap":
-		s := llamaswaptest.NewServer(gpu, llamaswaptest.Options{StartDelay: 30 * time.Millisecond, StopDelay: 80 * time.Millisecond, Tokens: 3, TokenDelay: 5 * time.Millisecond})
-		return fakeEngine{kind: kind, url: s.URL(), service: "llamaswap", close: s.Close, path: "/v1/chat/completions", body: chat("qwen3-8b"), arrive: "request /v1/chat/completions", end: "done /v1/chat/completions"}, nil
-	case "vllm":
-		s := vllmtest.NewServer(gpu, vllmtest.Options{SleepDelay: 80 * time.Millisecond, WakeDelay: 80 * time.Millisecond, Tokens: 3, TokenDelay: 5 * time.Millisecond})
-		return fakeEngine{kind: kind, url: s.URL(), service: "vllm", close: s.Close, path: "/v1/chat/completions", body: chat("Qwen/Qwen3-8B"), arrive: "request /v1/chat/completions", end: "finished /v1/chat/completions"}, nil
-	case "comfyui":
-		s := comfytest.NewServer(gpu, fakeComfy)
-		// The job has ended when ComfyUI writes its history entry and
-		// takes it off the queue, ~100 ms after its final message.
-		return fakeEngine{kind: kind, url: s.URL, service: "comfy", close: s.Close, path: "/prompt", body: comfyPrompts(), arrive: "queued", end: "history "}, nil
-	case "a1111":
-		s := a1111test.NewServer(gpu, a1111test.Options{JobDuration: 150 * time.Millisecond, LoadDelay: 40 * time.Millisecond, UnloadDelay: 40 * time.Millisecond})
-		txt2img := func() string { return `{"prompt":"a lighthouse","steps":6}` }
-		return fakeEngine{kind: kind, url: s.URL(), service: "a1111", close: s.Close, path: "/sdapi/v1/txt2img", body: txt2img, arrive: " start", end: " end: "}, nil
+	opts := pairLLM
+	if k.Class == engine.ClassImage {
+		opts = pairImage
 	}
-	return fakeEngine{}, fmt.Errorf("no simulated engine of kind %q", kind)
+	f, ok := kindstest.Start(kind, gpu, opts)
+	if !ok {
+		return fakeEngine{}, fmt.Errorf("no simulated engine of kind %q", kind)
+	}
+	return fakeEngine{kind: kind, Fake: f}, nil
 }
+
+// body is the body of a request that uses the GPU: a chat, or a job.
+func (e fakeEngine) body() string {
+	if e.ChatPath != "" {
+		return chatBody(e.ChatModel)
+	}
+	return e.Job()
+}
+
+// path is the route of that request.
+func (e fakeEngine) path() string { return e.ChatPath + e.JobPath }
 
 // pairResult is one engine pair's switch overheads.
 type pairResult struct {
@@ -117,22 +105,22 @@ func runPair(llmKind, imageKind string, n int) (pairResult, error) {
 // stop closes the engines.
 func startPair(llmKind, imageKind string) (rig pairRig, stop func(), err error) {
 	rig.gpu = gputest.New()
-	rig.gpu.ShareAmong("ollama", "llamacpp", "llamaswap", "vllm")
+	rig.gpu.ShareAmong(kindstest.LLMServices()...)
 	if rig.llm, err = startFake(rig.gpu, llmKind); err != nil {
 		return rig, nil, err
 	}
 	if rig.img, err = startFake(rig.gpu, imageKind); err != nil {
-		rig.llm.close()
+		rig.llm.Close()
 		return rig, nil, err
 	}
-	stop = func() { rig.img.close(); rig.llm.close() }
+	stop = func() { rig.img.Close(); rig.llm.Close() }
 	admin, pl, pi := freePort(), freePort(), freePort()
 	if err := loadCaddy(pairConfig(admin, pl, pi, rig.llm, rig.img)); err != nil {
 		stop()
 		return rig, nil, err
 	}
 	rig.adminURL = localURL(admin)
-	rig.llmURL, rig.imageURL = localURL(pl)+rig.llm.path, localURL(pi)+rig.img.path
+	rig.llmURL, rig.imageURL = localURL(pl)+rig.llm.path(), localURL(pi)+rig.img.path()
 	return rig, stop, nil
 }
 
@@ -160,20 +148,20 @@ func pairConfig(admin, pl, pi int, llm, img fakeEngine) string {
 	gpu_turnstile
 	reverse_proxy %s
 }
-`, admin, llm.kind, llm.url, img.kind, img.url, pl, llm.url, pi, img.url)
+`, admin, llm.kind, llm.URL, img.kind, img.URL, pl, llm.URL, pi, img.URL)
 }
 
 // toLLM is the image -> LLM half: a chat arrives during a job and waits.
 // It returns the switch's overhead and the free and wake it excludes.
 func (r pairRig) toLLM() (overhead, work time.Duration, err error) {
 	ev, from, err := switchHalf(r.gpu, r.imageURL, r.img.body(), r.llmURL, r.llm.body(), func(from int) {
-		r.gpu.WaitFor(10*time.Second, func(ev []gputest.Event) bool { return gputest.Index(ev, from, r.img.service, r.img.arrive) >= 0 })
+		r.gpu.WaitFor(10*time.Second, func(ev []gputest.Event) bool { return gputest.Index(ev, from, r.img.Service, r.img.Marks.Arrived) >= 0 })
 	})
 	if err != nil {
 		return 0, 0, err
 	}
-	end, i := at(ev, from, r.img.service, r.img.end)
-	reached, _ := at(ev, i, r.llm.service, r.llm.arrive)
+	end, i := at(ev, from, r.img.Service, r.img.Marks.Ended)
+	reached, _ := at(ev, i, r.llm.Service, r.llm.Marks.Arrived)
 	if end.IsZero() || reached.IsZero() {
 		return 0, 0, incomplete(ev, from)
 	}
@@ -185,18 +173,15 @@ func (r pairRig) toLLM() (overhead, work time.Duration, err error) {
 // waits. It returns the switch's overhead and the unload, free and prepare
 // it excludes.
 func (r pairRig) toImage() (overhead, work time.Duration, err error) {
-	busy := r.llm.arrive
-	if r.llm.busy != "" {
-		busy = r.llm.busy // the model may be loaded already
-	}
+	busy := r.llm.Marks.BusyMark() // the model may be loaded already
 	ev, from, err := switchHalf(r.gpu, r.llmURL, r.llm.body(), r.imageURL, r.img.body(), func(from int) {
-		r.gpu.WaitFor(10*time.Second, func(ev []gputest.Event) bool { return gputest.Index(ev, from, r.llm.service, busy) >= 0 })
+		r.gpu.WaitFor(10*time.Second, func(ev []gputest.Event) bool { return gputest.Index(ev, from, r.llm.Service, busy) >= 0 })
 	})
 	if err != nil {
 		return 0, 0, err
 	}
-	chatEnd, i := at(ev, from, r.llm.service, r.llm.end)
-	arrived, _ := at(ev, i, r.img.service, r.img.arrive)
+	chatEnd, i := at(ev, from, r.llm.Service, r.llm.Marks.Ended)
+	arrived, _ := at(ev, i, r.img.Service, r.img.Marks.Arrived)
 	if chatEnd.IsZero() || arrived.IsZero() {
 		return 0, 0, incomplete(ev, from)
 	}

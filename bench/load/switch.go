@@ -7,9 +7,23 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/kinds/kindstest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy/comfytest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama/ollamatest"
+)
+
+// The switch benchmark's detailed rig is about Ollama and ComfyUI alone
+// (their own unload and free marks), as is the scale benchmark's, built on
+// simulated too: they name those two fakes, whereas -llm's pairs start any
+// kind through the registry (pairs.go).
+
+// The simulated Ollama and ComfyUI of the detailed switch benchmark, with
+// the pairs' delays (pairLLM, pairImage).
+var (
+	fakeOllama = ollamatest.Options{LoadDelay: pairLLM.Load, UnloadDelay: pairLLM.Unload, Tokens: pairLLM.Tokens, TokenDelay: pairLLM.TokenDelay}
+	fakeComfy  = comfytest.Options{JobDuration: pairImage.Job, FreeDelay: pairImage.Unload}
 )
 
 // simulated starts the fakes and a Caddy in front of them; it returns the
@@ -73,8 +87,9 @@ func at(ev []gputest.Event, from int, service, what string) (time.Time, int) {
 func runSwitch(args []string) error {
 	fs := newFlags("switch")
 	n := fs.Int("n", 20, "switches measured in each direction")
-	llms := fs.String("llm", "", "measure these LLM engines (comma-separated: ollama,llamacpp,llamaswap,vllm) against -image, instead of Ollama and ComfyUI in detail")
-	images := fs.String("image", "comfyui,a1111", "the image engines for -llm (comfyui,a1111)")
+	llmKinds, imageKinds := strings.Join(kindstest.Names(engine.ClassLLM), ","), strings.Join(kindstest.Names(engine.ClassImage), ",")
+	llms := fs.String("llm", "", "measure these LLM engines (comma-separated: "+llmKinds+") against -image, instead of Ollama and ComfyUI in detail")
+	images := fs.String("image", imageKinds, "the image engines for -llm ("+imageKinds+")")
 	fs.Parse(args)
 	if *llms != "" {
 		return runPairs(splitKinds(*llms), splitKinds(*images), *n)

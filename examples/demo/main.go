@@ -3,9 +3,9 @@
 // GPU, plays a short scene and prints a timeline of what the GPU does,
 // then keeps serving so you can try it with curl.
 //
-// -engines picks the pair, one LLM kind (ollama, llamacpp, llamaswap,
-// vllm) and one image kind (comfyui, a1111); the default is Ollama and
-// ComfyUI.
+// -engines picks the pair, one LLM kind and one image kind among the
+// registry's kinds that have a fake (-h lists them); the default is
+// Ollama and ComfyUI.
 //
 //	./xcaddy.sh demo                      # builds ./caddy, then runs this
 //	./xcaddy.sh demo -engines llamacpp,a1111
@@ -30,6 +30,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/kinds/kindstest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
 )
 
@@ -40,8 +42,7 @@ type options struct {
 	caddyBin           string
 	once               bool
 	llmPort, imagePort int
-	llm                llmEngine
-	image              imageEngine
+	llm, image         simulated
 }
 
 func main() {
@@ -50,7 +51,7 @@ func main() {
 	flag.BoolVar(&o.once, "once", false, "exit after the scene instead of serving on")
 	flag.IntVar(&o.llmPort, "llm-port", 11434, "Caddy's LLM-facing port (another is picked if busy)")
 	flag.IntVar(&o.imagePort, "image-port", 8188, "Caddy's image-facing port (another is picked if busy)")
-	engines := flag.String("engines", "ollama,comfyui", "the simulated engines: one LLM kind (ollama, llamacpp, llamaswap, vllm) and one image kind (comfyui, a1111)")
+	engines := flag.String("engines", defaultEngines(), "the simulated engines: one LLM kind ("+choices(engine.ClassLLM)+") and one image kind ("+choices(engine.ClassImage)+")")
 	flag.Parse()
 	var err error
 	if o.llm, o.image, err = parseEngines(*engines); err != nil {
@@ -70,8 +71,8 @@ type demo struct {
 	image     string // Caddy's image-facing URL
 	admin     string // Caddy's admin endpoint, host:port
 	caddyBin  string
-	llmKind   llmEngine
-	imageKind imageEngine
+	llmKind   simulated
+	imageKind simulated
 	gpu       *gputest.GPU
 }
 
@@ -87,14 +88,22 @@ func run(o options) error {
 	}
 	d := &demo{start: time.Now(), gpu: gputest.New(), llmKind: o.llm, imageKind: o.image, caddyBin: o.caddyBin}
 	// LLM engines may share the GPU with one another; not with an image engine.
-	d.gpu.ShareAmong("ollama", "llamacpp", "llamaswap", "vllm")
+	d.gpu.ShareAmong(kindstest.LLMServices()...)
 
-	llmURL, stopLLM := o.llm.start(d.gpu)
-	defer stopLLM()
-	// vLLM loads its weights at launch, and A1111 its checkpoint, both
-	// before Caddy can do anything about it: A1111 then starts without.
-	imageURL, stopImage := o.image.start(d.gpu, o.llm.kind == "vllm")
-	defer stopImage()
+	// Where a fake can choose its port, it takes the one after Caddy's
+	// that fronts it (Ollama 11435 behind 11434, ComfyUI 8189 behind 8188).
+	llmOpts, imageOpts := llmTimings, imageTimings
+	llmOpts.Port, imageOpts.Port = nextPort(o.llmPort), nextPort(o.imagePort)
+	d.llmKind.start(d.gpu, llmOpts)
+	defer d.llmKind.Close()
+	// An LLM engine that loads its weights at launch (vLLM) and an image
+	// engine that loads its checkpoint at launch (A1111) would both be on
+	// the GPU before Caddy can do anything about it: the image engine then
+	// starts without.
+	imageOpts.EmptyAtStart = d.gpu.Users(d.llmKind.Service) > 0
+	d.imageKind.start(d.gpu, imageOpts)
+	defer d.imageKind.Close()
+	llmURL, imageURL := d.llmKind.URL, d.imageKind.URL
 
 	llmL, imageL, adminL := listen(o.llmPort), listen(o.imagePort), listen(0)
 	ports := []int{port(llmL), port(imageL), port(adminL)}
@@ -111,7 +120,7 @@ func run(o options) error {
 	}
 	defer os.RemoveAll(dir)
 	env := append(os.Environ(),
-		"LLM_KIND="+o.llm.kind, "LLM_URL="+llmURL, "IMAGE_KIND="+o.image.kind, "IMAGE_URL="+imageURL, "WARM="+warmLine(o.llm),
+		"LLM_KIND="+d.llmKind.kind.Name, "LLM_URL="+llmURL, "IMAGE_KIND="+d.imageKind.kind.Name, "IMAGE_URL="+imageURL, "WARM="+d.llmKind.warmLine(),
 		fmt.Sprintf("LLM_PORT=%d", ports[0]), fmt.Sprintf("IMAGE_PORT=%d", ports[1]),
 		"ADMIN_ADDR="+d.admin,
 		"XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
@@ -133,12 +142,12 @@ func run(o options) error {
 	return d.finish(o.once)
 }
 
-// warmLine is the Caddyfile's warm_model line for the LLM engine.
-func warmLine(e llmEngine) string {
-	if e.warm == "" {
-		return ""
+// nextPort is the port after p, or 0 (any) if p is.
+func nextPort(p int) int {
+	if p == 0 {
+		return 0
 	}
-	return "warm_model " + e.warm
+	return p + 1
 }
 
 // startCaddy writes the Caddyfile into dir and runs Caddy on it with env,
@@ -168,7 +177,7 @@ func startCaddy(caddyBin, dir string, env []string) (logPath string, stop func()
 }
 
 func (d *demo) header(caddyBin, llmURL, imageURL, logPath string) {
-	l, i := d.llmKind.name, d.imageKind.name
+	l, i := d.llmKind.kind.Title, d.imageKind.kind.Title
 	facing := max(len(l), len(i)) + len("-facing")
 	fmt.Printf("gpu-turnstile demo: Caddy (%s) in front of simulated %s and %s\n", caddyBin, l, i)
 	fmt.Printf("  %-*s %s  ->  simulated %-*s %s\n", facing, l+"-facing", d.llm, facing-len("-facing"), l, llmURL)
@@ -199,7 +208,7 @@ Still serving. Try, in another terminal:
   %[4]s gpu-turnstile --address %[5]s hold --owner me --ttl 2m   (then: release ID)
   %[4]s gpu-turnstile --address %[5]s events
 Ctrl-C to stop.
-`, d.llmKind.try(d.llm), fmt.Sprintf(d.imageKind.try, d.image), d.llm, d.caddyBin, d.admin)
+`, d.llmKind.tryLLM(d.llm), d.imageKind.tryImage(d.image), d.llm, d.caddyBin, d.admin)
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	<-sig

@@ -15,7 +15,7 @@ import (
 // job ending, chats resuming and the warm-up.
 func (d *demo) scene() {
 	var wg sync.WaitGroup
-	m := d.llmKind.models
+	m := d.llmKind.models()
 	chat := func(name, model string) {
 		defer wg.Done()
 		d.chat(name, model)
@@ -45,8 +45,8 @@ func (d *demo) scene() {
 	// (the warm-up, or vLLM's wake) so the timeline shows it.
 	llm, image := d.llmKind, d.imageKind
 	d.gpu.WaitFor(10*time.Second, func(ev []gputest.Event) bool {
-		freed := gputest.Index(ev, 0, image.service, image.freed)
-		return freed >= 0 && gputest.Index(ev, freed, llm.service, llm.resumed) >= 0 || d.stateIs("idle")
+		freed := gputest.Index(ev, 0, image.Service, image.Marks.Freed)
+		return freed >= 0 && gputest.Index(ev, freed, llm.Service, llm.Marks.Resumed) >= 0 || d.stateIs("idle")
 	})
 	time.Sleep(1500 * time.Millisecond)
 }
