@@ -496,4 +496,4 @@ func runtimeOf(name string) *turnstile {
 }
 
 // orch is ts's GPU, for what the root does not use of it.
-func (ts *turnstile) orch() *gpu.GPU { return ts.gpu.(*gpu.GPU) }
+func (ts *turnstile) orch() *gpu.GPU { return ts.gpu }

@@ -24,7 +24,10 @@ var turnstiles = caddy.NewUsagePool()
 // its GPU (package gpu), the settings of the config now running, and what
 // its waiting requests buffer. It outlives any one config.
 type turnstile struct {
-	gpu     orchestration
+	// gpu is the orchestration this runtime owns. It is held as the
+	// concrete type so that the LLM fast path's TryLLM and ReleaseLLM
+	// inline; what the root may call of it is orchestration, below.
+	gpu     *gpu.GPU
 	name    string
 	metrics *turnstileMetrics
 

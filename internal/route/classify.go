@@ -14,7 +14,7 @@ import (
 // kinds that serve an image kind's job routes as LLM work. It is built
 // from the registry of kinds (internal/engine/kinds).
 type Table struct {
-	llm        map[string]bool   // POST to these cleaned paths is LLM work
+	llm        pathSet           // POST to these cleaned paths is LLM work
 	prefixes   []string          // POST under these is LLM work
 	anyMethod  []string          // roots loading a model whatever the method
 	anyFirst   [256]bool         // the second bytes (lower and upper case) of anyMethod's roots
@@ -37,10 +37,10 @@ type KindRoutes struct {
 
 // NewTable makes the table of kinds' routes.
 func NewTable(kinds []KindRoutes) *Table {
-	t := &Table{llm: map[string]bool{}, jobs: map[string]string{}, serves: map[string]string{}}
+	t := &Table{jobs: map[string]string{}, serves: map[string]string{}}
 	for _, k := range kinds {
 		for _, p := range k.LLM {
-			t.llm[p] = true
+			t.llm.add(p)
 		}
 		for _, p := range k.LLMPrefixes {
 			if !slices.Contains(t.prefixes, p) {
@@ -115,7 +115,7 @@ func (t *Table) Classify(r *http.Request) Class {
 		return t.classifyOther(r)
 	}
 	p := CleanPath(r)
-	if t.llm[p] {
+	if t.llm.has(p) {
 		return LLM
 	}
 	for _, pre := range t.prefixes {
@@ -248,4 +248,30 @@ func (t *Table) Restrict(e EngineRoutes, c Class, r *http.Request) Class {
 		}
 	}
 	return c
+}
+
+// pathSet is a set of paths bucketed by length: a lookup compares the
+// few paths of the same length, which on every LLM request costs less
+// than hashing the path for a map.
+type pathSet struct{ byLen [][]string }
+
+func (s *pathSet) add(p string) {
+	for len(s.byLen) <= len(p) {
+		s.byLen = append(s.byLen, nil)
+	}
+	if !slices.Contains(s.byLen[len(p)], p) {
+		s.byLen[len(p)] = append(s.byLen[len(p)], p)
+	}
+}
+
+func (s *pathSet) has(p string) bool {
+	if len(p) >= len(s.byLen) {
+		return false
+	}
+	for _, q := range s.byLen[len(p)] {
+		if q == p {
+			return true
+		}
+	}
+	return false
 }
