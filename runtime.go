@@ -1,9 +1,7 @@
 package turnstile
 
 import (
-	"context"
 	"sync/atomic"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
@@ -11,7 +9,6 @@ import (
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/admit"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
 )
 
 // turnstiles holds one runtime per turnstile name, process-wide. Each
@@ -24,9 +21,8 @@ var turnstiles = caddy.NewUsagePool()
 // its GPU (package gpu), the settings of the config now running, and what
 // its waiting requests buffer. It outlives any one config.
 type turnstile struct {
-	// gpu is the orchestration this runtime owns. It is held as the
-	// concrete type so that the LLM fast path's TryLLM and ReleaseLLM
-	// inline; what the root may call of it is orchestration, below.
+	// gpu is the orchestration this runtime owns, held as the concrete
+	// type so that the fast path's TryLLM and ReleaseLLM inline.
 	gpu     *gpu.GPU
 	name    string
 	metrics *turnstileMetrics
@@ -65,28 +61,8 @@ func (ts *turnstile) apply(c *config, log *zap.Logger) {
 	ts.gpu.Apply(&c.GPU, log)
 }
 
-// orchestration is what the root uses of a turnstile's *gpu.GPU: what
-// its routes use (httpapi.GPU), the request path's calls, and the life of
-// the runtime.
-type orchestration interface {
-	httpapi.GPU
-	TryLLM() bool
-	ReleaseLLM()
-	NoteLLMEnd(ctx context.Context, err error)
-	ServeLLM(ctx context.Context, run gpu.LLMRun) gpu.LLMServed
-	RunImage(ctx context.Context, run gpu.ImageRun) (string, error)
-	NoteUnreachable(name string, err error)
-	Unreached() bool
-	NoteForwarded(hostport string)
-	RetryAfter(auto bool, fixed, def time.Duration) time.Duration
-	State() lock.State
-	SetStatusView(view func(gpu.Status) any)
-	Apply(c *gpu.Config, log *zap.Logger)
-	Close()
-}
-
 // Interface guards
 var (
 	_ caddy.Destructor = (*turnstile)(nil)
-	_ orchestration    = (*gpu.GPU)(nil)
+	_ httpapi.GPU      = (*gpu.GPU)(nil)
 )
