@@ -101,6 +101,19 @@ var settingParsers = map[string]func(*caddyfile.Dispenser, *Settings) error{
 		s.VRAMAdmission = true
 		return nil
 	},
+	"vram_stale": func(d *caddyfile.Dispenser, s *Settings) error {
+		if !d.NextArg() {
+			return d.ArgErr()
+		}
+		s.VRAMStale = d.Val()
+		if d.NextArg() {
+			return d.ArgErr()
+		}
+		if s.VRAMStale != "wait" && s.VRAMStale != "admit" {
+			return d.Errf("vram_stale: %q: want wait or admit", s.VRAMStale)
+		}
+		return nil
+	},
 	"vram_reserve": func(d *caddyfile.Dispenser, s *Settings) error {
 		return parseSize(d, 0, MaxVRAMSize, &s.VRAMReserve, "a size >= 0 (e.g. 2GiB)")
 	},

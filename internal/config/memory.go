@@ -37,6 +37,8 @@ func validateMemory(s Settings, c *Turnstile) error {
 		return fmt.Errorf("vram_reserve: %d is over the 4EiB maximum", s.VRAMReserve)
 	case s.VRAMPollInterval < 0:
 		return fmt.Errorf("vram_poll_interval: %v is negative", time.Duration(s.VRAMPollInterval))
+	case s.VRAMStale != "" && s.VRAMStale != "wait" && s.VRAMStale != "admit":
+		return fmt.Errorf("vram_stale: %q: want wait or admit", s.VRAMStale)
 	}
 	models := slices.Sorted(maps.Keys(s.ModelVRAM))
 	for _, m := range models {
@@ -82,6 +84,9 @@ func validateMemory(s Settings, c *Turnstile) error {
 		Poll:       poll,
 		Models:     maps.Clone(s.ModelVRAM),
 		CoResident: slices.Clone(s.CoResident),
+		// A missing first reading is stale too: the first requests
+		// after a start wait for it.
+		StaleAdmits: s.VRAMStale == "admit",
 	}
 	return nil
 }
@@ -99,6 +104,7 @@ func memoryOptionsSet(s Settings) []string {
 		{"model_vram", len(s.ModelVRAM) > 0},
 		{"vram_reserve", s.VRAMReserve != 0},
 		{"vram_poll_interval", s.VRAMPollInterval != 0},
+		{"vram_stale", s.VRAMStale != ""},
 	} {
 		if o.set {
 			set = append(set, o.name)

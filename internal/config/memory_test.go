@@ -26,12 +26,12 @@ func memoryBlock(lines ...string) string {
 // Each memory option is parsed from the Caddyfile into its field, and
 // vram_admission makes the admission's config, defaults filled in.
 func TestMemoryOptionsParse(t *testing.T) {
-	_, s, err := parse(t, memoryBlock("vram_admission", "vram_reserve 2GiB", "vram_poll_interval 250ms",
+	_, s, err := parse(t, memoryBlock("vram_admission", "vram_reserve 2GiB", "vram_poll_interval 250ms", "vram_stale admit",
 		"model_vram llama3.1:8b 6GiB", "model_vram qwen 512MiB", "co_resident llama3.1:8b qwen", "co_resident phi"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !s.VRAMAdmission || s.VRAMReserve != 2<<30 || time.Duration(s.VRAMPollInterval) != 250*time.Millisecond ||
+	if !s.VRAMAdmission || s.VRAMReserve != 2<<30 || time.Duration(s.VRAMPollInterval) != 250*time.Millisecond || s.VRAMStale != "admit" ||
 		!reflect.DeepEqual(s.ModelVRAM, map[string]int64{"llama3.1:8b": 6 << 30, "qwen": 512 << 20}) ||
 		!slices.Equal(s.CoResident, []string{"llama3.1:8b", "qwen", "phi"}) {
 		t.Fatalf("parsed %+v", s)
@@ -41,7 +41,7 @@ func TestMemoryOptionsParse(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := c.GPU.Memory
-	if m == nil || m.Index != 1 || m.Reserve != 2<<30 || m.Poll != 250*time.Millisecond || m.SMIPath != "" ||
+	if m == nil || m.Index != 1 || m.Reserve != 2<<30 || m.Poll != 250*time.Millisecond || m.SMIPath != "" || !m.StaleAdmits ||
 		!reflect.DeepEqual(m.Models, s.ModelVRAM) || !slices.Equal(m.CoResident, s.CoResident) {
 		t.Fatalf("memory config %+v", m)
 	}
@@ -104,6 +104,26 @@ func TestMemoryOptionsInert(t *testing.T) {
 	}
 }
 
+// vram_stale defaults to wait, and a JSON config with another value is
+// refused naming the field.
+func TestVRAMStale(t *testing.T) {
+	_, s, err := parse(t, memoryBlock("vram_admission"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Validate(*s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.GPU.Memory.StaleAdmits {
+		t.Error("vram_stale defaults to admit, want wait")
+	}
+	s.VRAMStale = "sometimes"
+	if _, err := Validate(*s); err == nil || !strings.Contains(err.Error(), `vram_stale: "sometimes": want wait or admit`) {
+		t.Errorf("vram_stale sometimes: %v", err)
+	}
+}
+
 // Every invalid memory option is refused at its line, naming it.
 func TestMemoryOptionsErrors(t *testing.T) {
 	for _, tc := range []struct {
@@ -119,6 +139,10 @@ func TestMemoryOptionsErrors(t *testing.T) {
 		{memoryBlock("vram_reserve -1GiB"), `vram_reserve: "-1GiB" is not a size >= 0`, 4},
 		{memoryBlock("vram_poll_interval 0s"), "vram_poll_interval: 0s must be positive", 4},
 		{memoryBlock("vram_poll_interval soon"), `vram_poll_interval: invalid duration "soon"`, 4},
+		{memoryBlock("vram_stale"), "wrong argument count", 4},
+		{memoryBlock("vram_stale later"), `vram_stale: "later": want wait or admit`, 4},
+		{memoryBlock("vram_stale wait admit"), "wrong argument count", 4},
+		{memoryBlock("vram_stale wait", "vram_stale admit"), "vram_stale: given twice, on lines 4 and 5", 5},
 		{memoryBlock("model_vram m"), "model_vram: want `model_vram MODEL SIZE`", 4},
 		{memoryBlock("model_vram m 1GiB 2GiB"), "model_vram: want `model_vram MODEL SIZE`", 4},
 		{memoryBlock("model_vram m 0"), `model_vram: m: "0" is not a size > 0 (e.g. 6GiB)`, 4},

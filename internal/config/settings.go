@@ -161,6 +161,15 @@ type Settings struct {
 	// Default 1s.
 	VRAMPollInterval caddy.Duration `json:"vram_poll_interval,omitempty"`
 
+	// VRAMStale is what a request whose admission needs a reading of the
+	// card does while the last one is stale (older than three
+	// vram_poll_interval) or missing: "wait" (default) for a fresh one,
+	// within llm_wait_timeout (the status shows it waiting_for
+	// vram_reading; in reject mode it gets the busy answer), or "admit"
+	// it as if vram_admission were off. A request for a loaded model
+	// needs no reading.
+	VRAMStale string `json:"vram_stale,omitempty"`
+
 	// ModelVRAM are footprints in bytes, by model name, that override what
 	// admission learns. Caddyfile: `model_vram MODEL SIZE`, repeatable.
 	ModelVRAM map[string]int64 `json:"model_vram,omitempty"`

@@ -61,7 +61,8 @@ type WaiterStatus struct {
 	Model string    `json:"model,omitempty"`
 	Owner string    `json:"owner,omitempty"`
 	// WaitingFor is "vram" for a request that waits for video memory
-	// (vram_admission) rather than for the lock.
+	// (vram_admission) rather than for the lock, "vram_reading" for one
+	// that waits for a fresh reading of it (vram_stale wait).
 	WaitingFor string `json:"waiting_for,omitempty"`
 }
 
@@ -103,8 +104,12 @@ func (g *GPU) waitFor(ctx context.Context, kind lock.State, since time.Time, wha
 	return func() { g.update(func() { delete(g.act.waiters, id) }) }
 }
 
-// waitingForVRAM is what a request waiting for video memory waits for.
-const waitingForVRAM = "vram"
+// What a request waiting for video memory waits for: room on the card,
+// or a fresh reading of it (vram_stale wait).
+const (
+	waitingForVRAM    = "vram"
+	waitingForReading = "vram_reading"
+)
 
 // waitingFor reports whether a request waits for what (see
 // WaiterStatus.WaitingFor); g.mu is held.

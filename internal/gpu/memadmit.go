@@ -28,15 +28,20 @@ type Admission struct {
 
 // AdmitModel admits an LLM request for model, for which the caller holds
 // a shared place (TryLLM, WaitLLM), to the card's memory: at once if the
-// model is loaded, its footprint unknown, the reading stale or missing
-// (the whole-card rules), or it fits; else, in reject mode, ErrNoMemory;
+// model is loaded, its footprint unknown, or it fits (with vram_stale
+// admit, also while the reading is stale or missing: the whole-card
+// rules); else, in reject mode, ErrNoMemory;
 // else it gives the shared place back, waits for the card's memory to
 // change (a reading, an engine's change) and takes a place again, until
 // deadline. With a nil error the caller holds the place and calls Done;
 // with an error it holds none.
 func (g *GPU) AdmitModel(ctx context.Context, model string, deadline time.Time, reject bool) (*Admission, error) {
 	model = modelKey(model)
-	var stopWaiting func()
+	var (
+		stopWaiting func()
+		waitingFor  string
+		since       time.Time
+	)
 	defer func() {
 		if stopWaiting != nil {
 			stopWaiting()
@@ -54,8 +59,16 @@ func (g *GPU) AdmitModel(ctx context.Context, model string, deadline time.Time, 
 		if reject {
 			return nil, ErrNoMemory
 		}
-		if stopWaiting == nil {
-			stopWaiting = g.waitMemory(ctx)
+		// The status shows what it waits for: room, or (vram_stale
+		// wait) a fresh reading of the card.
+		if what := g.memoryWaitsFor(); what != waitingFor {
+			if stopWaiting != nil {
+				stopWaiting()
+			}
+			if since.IsZero() {
+				since = time.Now()
+			}
+			stopWaiting, waitingFor = g.waitFor(ctx, lock.LLM, since, what), what
 		}
 		if err := waitChange(ctx, ch, deadline); err != nil {
 			return nil, err
@@ -81,11 +94,18 @@ func waitChange(ctx context.Context, ch <-chan struct{}, deadline time.Time) err
 	}
 }
 
-// waitMemory records a request that waits for memory: the status shows
-// it waiting_for vram, and each reading signals a change while it waits.
-// The returned func records the end of its wait.
-func (g *GPU) waitMemory(ctx context.Context) (done func()) {
-	return g.waitFor(ctx, lock.LLM, time.Now(), waitingForVRAM)
+// memoryWaitsFor is what a request that memory-aware admission did not
+// admit waits for (WaiterStatus.WaitingFor): a fresh reading while the
+// last is stale or missing, else room on the card. Each reading signals a
+// change while it waits.
+func (g *GPU) memoryWaitsFor() string {
+	c := g.cfg()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c != nil && c.Memory != nil && g.mem.ledger.Stale(c.Memory.rules(), time.Now()) {
+		return waitingForReading
+	}
+	return waitingForVRAM
 }
 
 // tryAdmit admits the request if it fits now, and records it: in flight
@@ -143,5 +163,5 @@ func (g *GPU) memoryCause(model string) string {
 	if c == nil || c.Memory == nil {
 		return "video memory"
 	}
-	return g.mem.ledger.Cause(c.Memory.rules(), model)
+	return g.mem.ledger.Cause(c.Memory.rules(), model, time.Now())
 }

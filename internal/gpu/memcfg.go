@@ -19,6 +19,10 @@ type MemoryConfig struct {
 	Reserve int64
 	// Poll is how often the card's memory is read (vram_poll_interval).
 	Poll time.Duration
+	// StaleAdmits admits requests as if memory-aware admission were off
+	// while the reading is stale or missing (vram_stale admit); by
+	// default they wait for a fresh reading.
+	StaleAdmits bool
 	// Models are footprints that override what is learned (model_vram),
 	// by model name.
 	Models map[string]int64
@@ -49,6 +53,6 @@ type FootprintStore interface {
 // rules is what the ledger's rules read of c; MinFree (min_free_vram, of
 // the GPU's Config) is left to the caller that needs it.
 func (c *MemoryConfig) rules() ledger.Config {
-	return ledger.Config{Reserve: c.Reserve, Poll: c.Poll, Models: c.Models,
+	return ledger.Config{Reserve: c.Reserve, Poll: c.Poll, Models: c.Models, StaleAdmits: c.StaleAdmits,
 		Configured: func(model string) (int64, bool) { return configured(c, model) }}
 }

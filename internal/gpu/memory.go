@@ -100,7 +100,7 @@ func (g *GPU) onReading(ctx context.Context, r vram.Reading, err error) {
 	rules := c.Memory.rules()
 	// A new figure is a change (at most one a poll interval); so is the
 	// end of a failure, and any reading while a request waits for memory.
-	changed := m.ledger.Take(rules, ledger.Reading(r)) || m.readErr != nil || g.act.waitingFor(waitingForVRAM)
+	changed := m.ledger.Take(rules, ledger.Reading(r)) || m.readErr != nil || g.act.waitingFor(waitingForVRAM) || g.act.waitingFor(waitingForReading)
 	m.readErr = nil
 	g.staleAtLocked(ledger.StaleAfter*c.Memory.Poll + time.Millisecond)
 	changed = m.ledger.List(res, failed, since) || changed

@@ -226,11 +226,11 @@ func TestMemoryOutOfMemoryRunsTheModelAlone(t *testing.T) {
 	f.done(b)
 }
 
-// A stalled or failing nvidia-smi makes the reading stale: admission then
-// follows the whole-card rules, and the status says so.
-func TestMemoryStaleReadingFallsBack(t *testing.T) {
+// With vram_stale admit, a stale reading falls back to the whole-card
+// rules: a model that does not fit is admitted.
+func TestMemoryStaleReadingAdmits(t *testing.T) {
 	t.Parallel()
-	f := memFixture(t, nil, func(m *MemoryConfig) { m.Models["large"] = 20 * gib })
+	f := memFixture(t, nil, func(m *MemoryConfig) { m.Models["large"] = 20 * gib; m.StaleAdmits = true })
 	game := f.card.Foreign("game", 4242, 20*gib)
 	defer game()
 	f.waitState(t, "the game read", func(st Status) bool { return st.VRAM.FreeBytes == 4*gib })
@@ -247,6 +247,53 @@ func TestMemoryStaleReadingFallsBack(t *testing.T) {
 	f.g.ReleaseLLM()
 	f.card.SetSMIStalled(false)
 	f.waitState(t, "fresh again", func(st Status) bool { return !st.VRAM.Stale })
+}
+
+// By default (vram_stale wait) a stale reading admits no model that is not
+// loaded: in reject mode the busy answer says why; a request that may
+// wait is shown waiting_for vram_reading and goes once a fresh reading
+// shows room. A loaded model needs no reading.
+func TestMemoryStaleReadingWaits(t *testing.T) {
+	t.Parallel()
+	f := memFixture(t, map[string]int64{"small": 2 * gib}, func(m *MemoryConfig) { m.Models["medium"] = 4 * gib })
+	f.loadModel(t, "small")
+	f.waitState(t, "small listed as loaded", func(st Status) bool { return len(st.VRAM.Loaded) == 1 })
+	f.card.SetSMIStalled(true)
+	f.waitState(t, "the reading stale", func(st Status) bool { return st.VRAM.Stale })
+	if _, err := f.admit(t, "medium", time.Second, true); !errors.Is(err, ErrNoMemory) {
+		t.Fatalf("medium in reject mode with a stale reading: %v, want ErrNoMemory", err)
+	}
+	if cause := f.g.memoryCause("medium"); !strings.Contains(cause, "no fresh reading") {
+		t.Fatalf("cause %q, want it to say the reading is stale", cause)
+	}
+	loaded, err := f.admit(t, "small", time.Second, true)
+	if err != nil {
+		t.Fatalf("small, loaded, with a stale reading: %v, want admitted", err)
+	}
+	f.done(loaded)
+	type result struct {
+		a   *Admission
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		a, err := f.admit(t, "medium", 20*time.Second, false)
+		got <- result{a, err}
+	}()
+	f.waitState(t, "medium waiting for a reading", func(st Status) bool {
+		return len(st.Waiters) == 1 && st.Waiters[0].WaitingFor == "vram_reading"
+	})
+	select {
+	case r := <-got:
+		t.Fatalf("medium admitted while the reading is stale: %v", r.err)
+	default:
+	}
+	f.card.SetSMIStalled(false)
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("medium after a fresh reading: %v", r.err)
+	}
+	f.done(r.a)
 }
 
 // footprintStore is a FootprintStore in memory.

@@ -19,22 +19,24 @@ type Admitted struct {
 
 // Fits reports whether model may go to the card at now, and what its
 // admission reserves until a reading shows it loaded: 0 for nothing (the
-// model is loaded or loading, the reading is stale, no model was named),
+// model is loaded or loading, no model was named, or the reading is stale
+// and StaleAdmits: a stale reading fits no other model otherwise),
 // -1 for a model whose footprint is unknown, which reserves all that is
 // free. A model fits when what is available covers its footprint: the
 // card's free memory, less the reserve and the pending loads, plus what
 // the idle models of an engine that evicts them hold.
 func (l *Ledger) Fits(c Config, model string, now time.Time) (fit bool, need int64) {
-	if model == "" || l.Stale(c, now) {
-		return true, 0
-	}
-	if l.Loaded(model) {
+	if model == "" || l.Loaded(model) {
 		return true, 0
 	}
 	for _, p := range l.pending {
 		if p.model == model {
 			return true, 0 // loading: its memory is reserved once
 		}
+	}
+	// A model not loaded needs a reading to be admitted.
+	if l.Stale(c, now) {
+		return c.StaleAdmits, 0
 	}
 	fp, known := l.FootprintOf(c, model)
 	if !known {
@@ -133,7 +135,13 @@ func (l *Ledger) room(c Config) (int64, bool) {
 
 // Cause says why model waits or is refused, for a busy answer: what it
 // needs, and what is available beyond the reserve.
-func (l *Ledger) Cause(c Config, model string) string {
+func (l *Ledger) Cause(c Config, model string, now time.Time) string {
+	if l.Stale(c, now) && !c.StaleAdmits {
+		if l.reading.At.IsZero() {
+			return "no reading of the card's video memory yet (nvidia-smi has not answered)"
+		}
+		return fmt.Sprintf("no fresh reading of the card's video memory (nvidia-smi's last is %s old)", now.Sub(l.reading.At).Round(time.Second))
+	}
 	fp, _ := l.FootprintOf(c, model)
 	avail, _ := l.available(c)
 	return fmt.Sprintf("too little free video memory for %s (needs %s, %s available beyond vram_reserve)",

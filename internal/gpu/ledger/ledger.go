@@ -16,8 +16,9 @@ import (
 	"time"
 )
 
-// StaleAfter is how many poll intervals old a reading may be before
-// admission falls back to the whole-card rules.
+// StaleAfter is how many poll intervals old a reading may be before it
+// is stale: admission then waits for a fresh one (vram_stale wait), or
+// falls back to the whole-card rules (vram_stale admit).
 const StaleAfter = 3
 
 // unknownBytes marks a pending load whose footprint is unknown.
@@ -28,6 +29,10 @@ type Config struct {
 	Reserve int64         // vram_reserve: kept free for the desktop, a game
 	MinFree int64         // min_free_vram, which a kept model must leave too (0: none)
 	Poll    time.Duration // vram_poll_interval: a reading is stale after StaleAfter of them
+	// StaleAdmits admits a request while the reading is stale or missing,
+	// as if memory-aware admission were off (vram_stale admit); otherwise
+	// it waits for a fresh reading.
+	StaleAdmits bool
 	// Models are the configured footprints (model_vram), as spelled in
 	// the config: the status lists them so.
 	Models map[string]int64

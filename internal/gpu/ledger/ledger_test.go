@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -60,12 +61,18 @@ func TestFits(t *testing.T) {
 		card  card
 		model string
 		at    time.Duration // after t0
-		fit   bool
-		need  int64
+		// staleAdmits is vram_stale admit: a stale or missing reading
+		// admits as if memory were not checked.
+		staleAdmits bool
+		fit         bool
+		need        int64
 	}{
 		{name: "no model named", card: card{total: 24 * gib, free: 0}, model: "", fit: true},
-		{name: "no reading", card: card{models: map[string]int64{"m": 4 * gib}}, model: "m", fit: true},
-		{name: "stale reading", card: card{total: 24 * gib, free: 0, models: map[string]int64{"m": 4 * gib}}, model: "m", at: 3*poll + 1, fit: true},
+		{name: "no reading: wait for one", card: card{models: map[string]int64{"m": 4 * gib}}, model: "m"},
+		{name: "stale reading: wait for a fresh one", card: card{total: 24 * gib, free: 24 * gib, models: map[string]int64{"m": 4 * gib}}, model: "m", at: 3*poll + 1},
+		{name: "stale reading, loaded model: no reading needed", card: card{total: 24 * gib, free: 0, resident: map[string]Resident{"m": {Engine: "llamacpp"}}}, model: "m", at: 3*poll + 1, fit: true},
+		{name: "no reading, vram_stale admit", card: card{models: map[string]int64{"m": 4 * gib}}, model: "m", staleAdmits: true, fit: true},
+		{name: "stale reading, vram_stale admit", card: card{total: 24 * gib, free: 0, models: map[string]int64{"m": 4 * gib}}, model: "m", at: 3*poll + 1, staleAdmits: true, fit: true},
 		{name: "reading three polls old is fresh", card: card{total: 24 * gib, free: 0, models: map[string]int64{"m": 4 * gib}}, model: "m", at: 3 * poll, need: 4 * gib},
 		{name: "loaded", card: card{total: 24 * gib, free: 0, resident: map[string]Resident{"m": {Engine: "llamacpp"}}}, model: "m", fit: true},
 		{name: "loading: reserved once", card: card{total: 24 * gib, free: 0, pending: map[string]int64{"m": 4 * gib}}, model: "m", fit: true},
@@ -84,6 +91,7 @@ func TestFits(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, c := tc.card.build(t)
+			c.StaleAdmits = tc.staleAdmits
 			fit, need := l.Fits(c, tc.model, t0.Add(tc.at))
 			if fit != tc.fit || need != tc.need {
 				t.Errorf("Fits = %v, %d MiB; want %v, %d MiB", fit, need>>20, tc.fit, tc.need>>20)
@@ -515,9 +523,26 @@ func TestCause(t *testing.T) {
 		"m": "too little free video memory for m (needs 12288 MiB, 9216 MiB available beyond vram_reserve)",
 		"a": "too little free video memory for a (needs 23552 MiB, 9216 MiB available beyond vram_reserve)",
 	} {
-		if got := l.Cause(c, model); got != want {
+		if got := l.Cause(c, model, t0); got != want {
 			t.Errorf("Cause(%s) = %q, want %q", model, got, want)
 		}
+	}
+}
+
+// While the reading is stale (vram_stale wait), the cause says so.
+func TestCauseWhileStale(t *testing.T) {
+	l, c := card{total: 24 * gib, free: 8 * gib, models: map[string]int64{"m": 4 * gib}}.build(t)
+	want := "no fresh reading of the card's video memory (nvidia-smi's last is 4s old)"
+	if got := l.Cause(c, "m", t0.Add(4*time.Second)); got != want {
+		t.Errorf("Cause while stale = %q, want %q", got, want)
+	}
+	c.StaleAdmits = true
+	if got := l.Cause(c, "m", t0.Add(4*time.Second)); strings.Contains(got, "fresh") {
+		t.Errorf("Cause with vram_stale admit = %q, want the room's", got)
+	}
+	var none Ledger
+	if got := none.Cause(Config{Poll: poll}, "m", t0); !strings.Contains(got, "no reading of the card's video memory yet") {
+		t.Errorf("Cause with no reading = %q", got)
 	}
 }
 
