@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"net/http"
 	"time"
 )
 
@@ -42,12 +43,16 @@ const (
 	WatchPolling                // polling the engine's progress
 )
 
-// Options are the timings an adapter is built with.
+// Options are the timings an adapter is built with, and the headers its
+// client sends.
 type Options struct {
 	UnloadPoll     time.Duration // how often an unload or a free is checked
 	HistoryPoll    time.Duration // how often a job's progress is read
 	BackoffInitial time.Duration // the first retry delay of a live connection
 	BackoffMax     time.Duration // the cap of that delay
+	// Header goes with every request the turnstile makes to the engine
+	// (its API key): never logged or shown.
+	Header http.Header
 }
 
 // Routes are what classification knows of a kind's routes, as cleaned,

@@ -14,6 +14,7 @@ var Kind = &engine.Kind{
 		if err != nil {
 			return nil, err
 		}
+		c.SetHeader(o.Header)
 		return New(name, c, o.HistoryPoll, o.UnloadPoll), nil
 	},
 	Routes: engine.Routes{

@@ -14,6 +14,7 @@ var Kind = &engine.Kind{
 		if err != nil {
 			return nil, err
 		}
+		c.SetHeader(o.Header)
 		return New(name, c, Options{HistoryPoll: o.HistoryPoll, FreePoll: o.UnloadPoll,
 			BackoffInitial: o.BackoffInitial, BackoffMax: o.BackoffMax}), nil
 	},

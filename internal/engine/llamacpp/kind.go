@@ -13,6 +13,7 @@ var Kind = &engine.Kind{
 		if err != nil {
 			return nil, err
 		}
+		c.SetHeader(o.Header)
 		return New(name, c, o.UnloadPoll), nil
 	},
 	Warms: true,

@@ -8,11 +8,12 @@ import (
 // Kind describes llama-swap to the turnstile.
 var Kind = &engine.Kind{
 	Name: "llamaswap", Title: "llama-swap", Class: engine.ClassLLM,
-	New: func(name, url string, _ engine.Options) (engine.Engine, error) {
+	New: func(name, url string, o engine.Options) (engine.Engine, error) {
 		c, err := llamaswap.NewClient(url, nil)
 		if err != nil {
 			return nil, err
 		}
+		c.SetHeader(o.Header)
 		return New(name, c), nil
 	},
 	Routes: engine.Routes{

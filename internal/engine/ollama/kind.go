@@ -15,6 +15,7 @@ var Kind = &engine.Kind{
 		if err != nil {
 			return nil, err
 		}
+		c.SetHeader(o.Header)
 		return New(name, c, o.UnloadPoll), nil
 	},
 	Shorthand: "ollama", Label: "ollama",

@@ -43,6 +43,10 @@ func NewClient(baseURL string, hc *http.Client) (*Client, error) {
 // URL returns the server's base URL.
 func (c *Client) URL() string { return c.c.URL() }
 
+// SetHeader makes the client send h with every request (the engine's
+// credentials), before it is first used.
+func (c *Client) SetHeader(h http.Header) { c.c = c.c.WithHeader(h) }
+
 // Progress is what /sdapi/v1/progress says of the running job.
 type Progress struct {
 	Progress float64 // 0..1; 0 when idle

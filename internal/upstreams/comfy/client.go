@@ -36,6 +36,10 @@ func NewClient(baseURL string, hc *http.Client) (*Client, error) {
 // URL returns the server's base URL.
 func (c *Client) URL() string { return c.c.URL() }
 
+// SetHeader makes the client send h with every request (the engine's
+// credentials), before it is first used.
+func (c *Client) SetHeader(h http.Header) { c.c = c.c.WithHeader(h) }
+
 // JobStatus is a finished job's status from its history entry.
 type JobStatus struct {
 	StatusStr string `json:"status_str"` // "success" or "error"

@@ -102,7 +102,7 @@ func (w *Watcher) Run(ctx context.Context) {
 // session runs one websocket connection until it fails.
 func (w *Watcher) session(ctx context.Context, addr string) error {
 	dialCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	conn, _, err := websocket.Dial(dialCtx, addr, &websocket.DialOptions{HTTPClient: w.c.hc})
+	conn, _, err := websocket.Dial(dialCtx, addr, &websocket.DialOptions{HTTPClient: w.c.hc, HTTPHeader: w.c.c.Header()})
 	cancel()
 	if err != nil {
 		return err

@@ -21,6 +21,9 @@ type Client struct {
 	name string // for errors: "ollama", "comfyui"
 	base string
 	hc   *http.Client
+	// header is sent with every request (an engine's credentials); its
+	// values are never put in an error.
+	header http.Header
 }
 
 // New returns a client for the server at baseURL (http(s)://host:port).
@@ -64,6 +67,27 @@ func CheckURL(raw string) error {
 // URL returns the server's base URL.
 func (c Client) URL() string { return c.base }
 
+// WithHeader returns c sending h with every request as well, on top of
+// the headers a request sets itself (an engine's API key, for one). h is
+// copied, its names made canonical; a Host header names the host the
+// requests are sent as.
+func (c Client) WithHeader(h http.Header) Client {
+	c.header = nil
+	for k, vs := range h {
+		for _, v := range vs {
+			if c.header == nil {
+				c.header = http.Header{}
+			}
+			c.header.Add(k, v)
+		}
+	}
+	return c
+}
+
+// Header is a copy of the headers c sends with every request, nil if
+// none: for a connection it makes itself (a websocket's handshake).
+func (c Client) Header() http.Header { return c.header.Clone() }
+
 // StatusError is a non-2xx answer.
 type StatusError struct {
 	Upstream string
@@ -89,6 +113,13 @@ func (c Client) Do(ctx context.Context, method, path string, in, out any, limit 
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
 		return err
+	}
+	for k, v := range c.header {
+		if k == "Host" {
+			req.Host = v[0]
+			continue
+		}
+		req.Header[k] = v
 	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")

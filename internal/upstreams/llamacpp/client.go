@@ -40,6 +40,10 @@ func NewClient(baseURL string, hc *http.Client) (*Client, error) {
 // URL returns the server's base URL.
 func (c *Client) URL() string { return c.c.URL() }
 
+// SetHeader makes the client send h with every request (the engine's
+// credentials), before it is first used.
+func (c *Client) SetHeader(h http.Header) { c.c = c.c.WithHeader(h) }
+
 // StatusError is a non-2xx answer from llama-server. Its Message is the
 // "message" of llama.cpp's {"error":{"code","message","type"}} envelope
 // when the body is one (the type follows from the status), else the body.

@@ -33,6 +33,10 @@ func NewClient(baseURL string, hc *http.Client) (*Client, error) {
 // URL returns the server's base URL.
 func (c *Client) URL() string { return c.c.URL() }
 
+// SetHeader makes the client send h with every request (the engine's
+// credentials), before it is first used.
+func (c *Client) SetHeader(h http.Header) { c.c = c.c.WithHeader(h) }
+
 // RunningModel is one entry of /api/ps.
 type RunningModel struct {
 	Name      string    `json:"name"`

@@ -40,6 +40,10 @@ func NewClient(baseURL string, hc *http.Client) (*Client, error) {
 // URL returns the server's base URL.
 func (c *Client) URL() string { return c.c.URL() }
 
+// SetHeader makes the client send h with every request (the engine's
+// credentials), before it is first used.
+func (c *Client) SetHeader(h http.Header) { c.c = c.c.WithHeader(h) }
+
 // ErrNoSleepMode says the sleep routes answer 404: the server was started
 // without VLLM_SERVER_DEV_MODE=1, so it cannot be put to sleep.
 var ErrNoSleepMode = errors.New("vllm has no sleep routes (404): VLLM_SERVER_DEV_MODE=1 is not set")
