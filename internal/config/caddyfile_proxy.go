@@ -73,7 +73,9 @@ func ParseProxyArgs(d *caddyfile.Dispenser) (ProxyArgs, error) {
 // ReverseProxy is the reverse_proxy to the engine, from the turnstile's
 // settings s: the engine's URL as the upstream (an https URL turns the
 // transport's TLS on, as reverse_proxy does for one), then the block's
-// subdirectives, read by reverse_proxy itself.
+// subdirectives, read by reverse_proxy itself. The engine's `header`s
+// (its API key) are the turnstile's own and are not added: the block's
+// header_up gives them to the proxied requests where needed.
 func (p ProxyArgs) ReverseProxy(h httpcaddyfile.Helper, s *Settings) (*reverseproxy.Handler, error) {
 	name := p.Turnstile
 	if name == "" {

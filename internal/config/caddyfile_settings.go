@@ -1,6 +1,7 @@
 package config
 
 import (
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -141,7 +142,7 @@ func parseUpstream(d *caddyfile.Dispenser, dst *string) error {
 	return nil
 }
 
-// parseEngine reads `llm|image KIND URL [{ name NAME }]`. The kind, the
+// parseEngine reads `llm|image KIND URL [{ name NAME; header NAME VALUE }]`. The kind, the
 // URL and the name are checked when the settings are validated, with the
 // rest of the turnstile's engines.
 func parseEngine(d *caddyfile.Dispenser, dst *[]EngineSettings) error {
@@ -159,11 +160,17 @@ func parseEngine(d *caddyfile.Dispenser, dst *[]EngineSettings) error {
 	}
 	seen := OptionLines{}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		if d.Val() == "header" {
+			if err := parseEngineHeader(d, &es); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := seen.Once(d); err != nil {
 			return err
 		}
 		if d.Val() != "name" {
-			return d.Errf("%s: unknown option %q (want name)", opt, d.Val())
+			return d.Errf("%s: unknown option %q (want name or header)", opt, d.Val())
 		}
 		v, err := OneArg(d)
 		if err != nil {
@@ -175,6 +182,30 @@ func parseEngine(d *caddyfile.Dispenser, dst *[]EngineSettings) error {
 		es.Name = v
 	}
 	*dst = append(*dst, es)
+	return nil
+}
+
+// parseEngineHeader reads `header NAME VALUE` in an engine's block: a
+// header sent with every request the turnstile makes to that engine. Its
+// value is never echoed in an error.
+func parseEngineHeader(d *caddyfile.Dispenser, es *EngineSettings) error {
+	args := d.RemainingArgs()
+	if len(args) != 2 {
+		return d.Errf("header: want `header NAME VALUE`")
+	}
+	if err := checkHeaderName(args[0]); err != nil {
+		return d.Errf("%v", err)
+	}
+	if args[1] == "" {
+		return d.Errf("header %s: empty value", args[0])
+	}
+	if !validHeaderValue(args[1]) {
+		return d.Errf("header %s: its value has a control character (a line break?)", args[0])
+	}
+	if es.Headers == nil {
+		es.Headers = http.Header{}
+	}
+	es.Headers.Add(args[0], args[1])
 	return nil
 }
 

@@ -58,7 +58,13 @@ func buildEngine(class string, es EngineSettings, c *Turnstile) (gpu.Engine, err
 	if !ValidName(name) {
 		return nil, fmt.Errorf("%s %s: name %q: %s", class, es.Kind, name, NameRule)
 	}
-	e, err := k.New(name, es.URL, c.engineOptions())
+	o := c.engineOptions()
+	h, err := engineHeader(es.Headers)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %v", class, es.Kind, err)
+	}
+	o.Header = h
+	e, err := k.New(name, es.URL, o)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %v", class, es.Kind, err)
 	}

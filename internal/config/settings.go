@@ -1,6 +1,10 @@
 package config
 
-import "github.com/caddyserver/caddy/v2"
+import (
+	"net/http"
+
+	"github.com/caddyserver/caddy/v2"
+)
 
 // Settings configure one turnstile: the GPU it guards and the engines that
 // share it. Every duration accepts Caddy's duration syntax; a zero or
@@ -204,4 +208,13 @@ type EngineSettings struct {
 	// by the status, the metrics' engine label and a handler's `engine`.
 	// Default: its kind, so two engines of one kind need a name.
 	Name string `json:"name,omitempty"`
+
+	// Headers sent with every request the turnstile itself makes to the
+	// engine (listing, unloading, sleeping and waking, probing, freeing):
+	// its API key, e.g. {"Authorization": ["Bearer {env.LLAMA_SWAP_KEY}"]}.
+	// Placeholders such as {env.NAME} are expanded when the config
+	// loads. The values are never logged or shown in the status, and
+	// requests that gpu_turnstile_proxy forwards do not carry them
+	// (reverse_proxy's header_up does).
+	Headers http.Header `json:"headers,omitempty"`
 }
