@@ -223,6 +223,8 @@ func envelope(status int, msg, code string) []byte {
 	switch status {
 	case http.StatusBadRequest:
 		typ, def = "invalid_request_error", "bad_request"
+	case http.StatusUnauthorized:
+		typ, def = "authentication_error", "unauthorized"
 	case http.StatusNotFound:
 		typ, def = "invalid_request_error", "not_found"
 	case http.StatusConflict:

@@ -70,6 +70,9 @@ type Options struct {
 	// ModelBytes is what each model's process charges to the simulated
 	// GPU from its start until it has exited. Default 0.
 	ModelBytes int64
+	// APIKey, if set, is the config's apiKeys: /running and the unload
+	// routes then answer 401 without it (see auth.go).
+	APIKey string
 }
 
 // Server is a running fake llama-swap.
@@ -188,13 +191,13 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/ui", http.StatusFound)
 	})
-	mux.HandleFunc("GET /unload", s.legacyUnload)
-	mux.HandleFunc("GET /running", s.running)
+	mux.HandleFunc("GET /unload", s.guard(s.legacyUnload))
+	mux.HandleFunc("GET /running", s.guard(s.running))
 	mux.HandleFunc("GET /upstream", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/ui/models", http.StatusFound)
 	})
 	mux.HandleFunc("/upstream/{upstreamPath...}", s.upstream)
-	mux.HandleFunc("POST /api/models/unload", s.unloadAllRoute)
-	mux.HandleFunc("POST /api/models/unload/{model...}", s.unloadModelRoute)
+	mux.HandleFunc("POST /api/models/unload", s.guard(s.unloadAllRoute))
+	mux.HandleFunc("POST /api/models/unload/{model...}", s.guard(s.unloadModelRoute))
 	return mux
 }
