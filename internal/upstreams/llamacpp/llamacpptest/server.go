@@ -86,6 +86,9 @@ type Options struct {
 	// simulated GPU while its memory is in use: from its spawn until it
 	// exits or sleeps, and again from its wake. Default 0.
 	ModelBytes int64
+	// APIKey is --api-key: POST /models/load and /models/unload then
+	// answer 401 without it (see auth.go).
+	APIKey string
 }
 
 // Server is a running fake llama-server.
