@@ -65,6 +65,9 @@ type Options struct {
 	// until a level-1 or level-2 sleep, and again from a wake. Default 0.
 	// (A real sleeping vLLM keeps a few GB; the fake keeps nothing.)
 	ModelBytes int64
+	// APIKey is --api-key: every /v1 route then answers 401 without it;
+	// /health and the sleep routes stay open (see auth.go).
+	APIKey string
 }
 
 // Server is a running fake vLLM.
@@ -143,7 +146,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"detail": "Not Found"})
 	})
-	return mux
+	return s.guard(mux)
 }
 
 // models is GET /v1/models: the one served model.
