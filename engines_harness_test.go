@@ -52,6 +52,10 @@ type mixOptions struct {
 	// memory, if set, is the card's size, read through the fake
 	// nvidia-smi put on PATH.
 	memory int64
+	// blocks are lines of an engine's block, by kind (header ...).
+	blocks map[string]string
+	// logFile, if set, is where Caddy writes its log, at DEBUG.
+	logFile string
 }
 
 func newMix(t *testing.T, opts mixOptions) *mix {
@@ -75,7 +79,11 @@ func newMix(t *testing.T, opts mixOptions) *mix {
 		if kinds.Is(engine.ClassLLM, kind) {
 			class = "llm"
 		}
-		engines = append(engines, fmt.Sprintf("%s %s %s", class, kind, url))
+		line := fmt.Sprintf("%s %s %s", class, kind, url)
+		if b := opts.blocks[kind]; b != "" {
+			line += " {\n\t\t\t" + b + "\n\t\t}"
+		}
+		engines = append(engines, line)
 		p := freePort(t)
 		m.sites[kind] = fmt.Sprintf("http://127.0.0.1:%d", p)
 		sites = append(sites, fmt.Sprintf(":%d {\n\tbind 127.0.0.1\n\t%s\n\thandle /healthz {\n\t\tgpu_turnstile_status\n\t}\n\tgpu_turnstile\n\treverse_proxy %s {\n\t\tflush_interval -1\n\t}\n}\n", p, opts.site, url))
@@ -86,6 +94,9 @@ func newMix(t *testing.T, opts mixOptions) *mix {
 	logs := "log {\n\t\toutput discard\n\t}"
 	if os.Getenv("TURNSTILE_TEST_LOGS") != "" {
 		logs = "log {\n\t\tlevel DEBUG\n\t}"
+	}
+	if opts.logFile != "" {
+		logs = fmt.Sprintf("log {\n\t\toutput file %s\n\t\tlevel DEBUG\n\t}", opts.logFile)
 	}
 	h.load(fmt.Sprintf(`{
 	admin 127.0.0.1:%d
