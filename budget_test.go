@@ -307,7 +307,7 @@ func TestRequestBodyMaxSizeComesFirst(t *testing.T) {
 // bareTurnstile is a turnstile without Caddy, held by an external hold,
 // with its warnings observed.
 func bareTurnstile(t testing.TB, s Settings) (*turnstile, *observer.ObservedLogs) {
-	s.Ollama = "http://127.0.0.1:1"
+	s.SetShorthand("ollama", "http://127.0.0.1:1")
 	c, err := tcfg.Validate(s)
 	if err != nil {
 		t.Fatal(err)

@@ -20,7 +20,7 @@ import (
 // benchHandler is a gpu_turnstile handler on a fresh turnstile, without
 // Caddy around it, so the benchmark measures the middleware alone.
 func benchHandler(b *testing.B) *Handler {
-	c, err := tcfg.Validate(Settings{Ollama: "http://127.0.0.1:1"})
+	c, err := tcfg.Validate(Settings{Shorthands: map[string]string{"ollama": "http://127.0.0.1:1"}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func BenchmarkHandlerPassthrough(b *testing.B) {
 // llmInUseHandler is a handler whose GPU is in LLM use (one shared place
 // held), so that an LLM request takes the fast path.
 func llmInUseHandler(name string) *Handler {
-	c, _ := tcfg.Validate(Settings{Ollama: "http://127.0.0.1:1"})
+	c, _ := tcfg.Validate(Settings{Shorthands: map[string]string{"ollama": "http://127.0.0.1:1"}})
 	ts := newTurnstile(name)
 	ts.cfgp.Store(c)
 	ts.gpu.TryLLM()

@@ -143,7 +143,7 @@ func hostOf(t *testing.T, raw string) string {
 // requests is counted, then one in route.Every; the upstream is logged
 // once, at error.
 func TestMisroutedCountedThenSampled(t *testing.T) {
-	c, err := tcfg.Validate(Settings{Ollama: "http://127.0.0.1:1"})
+	c, err := tcfg.Validate(Settings{Shorthands: map[string]string{"ollama": "http://127.0.0.1:1"}})
 	if err != nil {
 		t.Fatal(err)
 	}

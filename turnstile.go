@@ -164,8 +164,8 @@ type Handler struct {
 	Turnstile string `json:"turnstile,omitempty"`
 
 	// The image engine (by name) that image requests go to. Default: the
-	// turnstile's first engine of the kind the route belongs to
-	// (/prompt: comfyui; /sdapi/v1/...: a1111). Needed only with two
+	// turnstile's first engine of the kind whose job route it is (each
+	// kind's Routes.Jobs, docs/engines.md). Needed only with two
 	// image engines of one kind. With engine_routes it may name an LLM
 	// engine too.
 	Engine string `json:"engine,omitempty"`

@@ -220,10 +220,10 @@ func TestImageWaitTimeoutSettings(t *testing.T) {
 			t.Errorf("image_wait_timeout %s: %v, want an error naming the option and line 4", v, err)
 		}
 	}
-	if _, err := tcfg.Validate(Settings{Comfy: "http://127.0.0.1:8189", ImageWaitTimeout: -1}); err == nil || !strings.Contains(err.Error(), "image_wait_timeout") {
+	if _, err := tcfg.Validate(Settings{Shorthands: map[string]string{"comfy": "http://127.0.0.1:8189"}, ImageWaitTimeout: -1}); err == nil || !strings.Contains(err.Error(), "image_wait_timeout") {
 		t.Errorf("a negative image_wait_timeout in JSON: %v, want an error naming it", err)
 	}
-	c, err := tcfg.Validate(Settings{Comfy: "http://127.0.0.1:8189"})
+	c, err := tcfg.Validate(Settings{Shorthands: map[string]string{"comfy": "http://127.0.0.1:8189"}})
 	if err != nil || c.ImageWait != 30*time.Minute {
 		t.Fatalf("default image_wait_timeout %v (%v), want 30m", c.ImageWait, err)
 	}

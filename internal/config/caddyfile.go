@@ -131,7 +131,7 @@ type blockLines struct {
 	file string
 	// The lines of the engine options by class, shorthand apart: the
 	// order the settings list them in depends on both (engineList).
-	shorthand    map[string]int   // ollama, comfy
+	shorthand    map[string]int   // by shorthand option
 	engineOption map[string][]int // llm, image
 	holdWhile    map[string]int   // each hold_while, by its condition
 }

@@ -27,7 +27,10 @@ func parseSetting(d *caddyfile.Dispenser, s *Settings) error {
 		return parseDuration(d, opt, v, dst)
 	}
 	if isShorthand(opt) {
-		return parseUpstream(d, s.shorthandField(opt))
+		var url string
+		err := parseUpstream(d, &url)
+		s.SetShorthand(opt, url)
+		return err
 	}
 	parse, ok := settingParsers[opt]
 	if !ok {
@@ -259,7 +262,7 @@ func parseBackoff(d *caddyfile.Dispenser, s *Settings) error {
 	return nil
 }
 
-// parseVRAMProbe reads `vram_probe comfy|nvidia-smi [GPU_INDEX]` (the
+// parseVRAMProbe reads `vram_probe PROBE|nvidia-smi [GPU_INDEX]` (the
 // engine probes as the registry of kinds has them).
 func parseVRAMProbe(d *caddyfile.Dispenser, s *Settings) error {
 	args := d.RemainingArgs()

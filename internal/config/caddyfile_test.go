@@ -25,7 +25,7 @@ func parse(t *testing.T, src string, defined ...string) (string, *Settings, erro
 // the line of the option it is about, even for a check across options.
 func TestParseGlobalOption(t *testing.T) {
 	name, s, err := parse(t, "gpu_turnstile gpu1 {\n\tollama http://127.0.0.1:11435\n\timage a1111 http://127.0.0.1:7860 {\n\t\tname forge\n\t}\n\thold_while process steam\n}")
-	if err != nil || name != "gpu1" || s.Ollama != "http://127.0.0.1:11435" || len(s.Image) != 1 || s.Image[0].Name != "forge" || s.HoldWhileProcess[0] != "steam" {
+	if err != nil || name != "gpu1" || s.Shorthands["ollama"] != "http://127.0.0.1:11435" || len(s.Image) != 1 || s.Image[0].Name != "forge" || s.HoldWhileProcess[0] != "steam" {
 		t.Fatalf("parsed %q %+v, %v", name, s, err)
 	}
 	for _, tc := range []struct {
@@ -53,7 +53,7 @@ func TestParseGlobalOption(t *testing.T) {
 // Validate fills in the defaults and reports an engine's error as an
 // *EngineError with its place among its class's engines.
 func TestValidate(t *testing.T) {
-	c, err := Validate(Settings{Ollama: "http://127.0.0.1:1", WarmModel: "m"})
+	c, err := Validate(Settings{Shorthands: map[string]string{"ollama": "http://127.0.0.1:1"}, WarmModel: "m"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestValidate(t *testing.T) {
 		c.CaptureLimit != 64<<10 || c.GPU.WarmEngine == nil || c.GPU.PresencePoll != 2*time.Second || c.Routes == nil {
 		t.Fatalf("defaults not filled in: %+v", c)
 	}
-	_, err = Validate(Settings{Ollama: "http://127.0.0.1:1", LLM: []EngineSettings{{Kind: "vllm", URL: "http://127.0.0.1:2", Name: "a b"}}})
+	_, err = Validate(Settings{Shorthands: map[string]string{"ollama": "http://127.0.0.1:1"}, LLM: []EngineSettings{{Kind: "vllm", URL: "http://127.0.0.1:2", Name: "a b"}}})
 	var ee *EngineError
 	if !errors.As(err, &ee) || ee.Class != LLM || ee.Index != 1 {
 		t.Fatalf("%v: want the error of the second LLM engine", err)

@@ -95,13 +95,10 @@ type EngineError struct {
 func (e *EngineError) Error() string { return e.err.Error() }
 func (e *EngineError) Unwrap() error { return e.err }
 
-// Shorthand is the URL of class's shorthand option (ollama for llm,
-// comfy for image), "" if unset or if the class has none.
+// Shorthand is the URL of class's shorthand option (kinds.Shorthand), ""
+// if unset or if the class has none.
 func (s *Settings) Shorthand(class string) string {
-	if f := s.shorthandField(shorthandOption(class)); f != nil {
-		return *f
-	}
-	return ""
+	return s.Shorthands[shorthandOption(class)]
 }
 
 // engines are the engines of class as configured: the shorthand's first,
@@ -135,8 +132,8 @@ func (s *Settings) HasImageEngine(name string) bool {
 }
 
 // EngineNamed finds the engine named name in the settings, with the
-// option that defines it (as the Caddyfile spells it: `ollama`, `llm
-// vllm`...) and its class.
+// option that defines it (as the Caddyfile spells it: a shorthand, or
+// `llm KIND`...) and its class.
 func (s *Settings) EngineNamed(name string) (es EngineSettings, opt, class string, ok bool) {
 	for _, class := range []string{LLM, Image} {
 		for i, es := range s.engines(class) {

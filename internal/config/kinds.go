@@ -1,7 +1,6 @@
 package config
 
 import (
-	"reflect"
 	"slices"
 	"strings"
 
@@ -37,19 +36,6 @@ func shorthandOption(class string) string {
 // isShorthand reports whether opt is a shorthand option.
 func isShorthand(opt string) bool { return slices.Contains(kinds.Shorthands(), opt) }
 
-// shorthandField is the Settings field of the shorthand option opt: the
-// field whose JSON name is opt (the contract's name for it), nil if none.
-func (s *Settings) shorthandField(opt string) *string {
-	v := reflect.ValueOf(s).Elem()
-	for i := range v.NumField() {
-		name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("json"), ",")
-		if name == opt && v.Field(i).Kind() == reflect.String {
-			return v.Field(i).Addr().Interface().(*string)
-		}
-	}
-	return nil
-}
-
 // engineOptions are the timings the engines' adapters are built with
 // (filled in before the engines are built).
 func (c *Turnstile) engineOptions() engine.Options {
@@ -58,8 +44,8 @@ func (c *Turnstile) engineOptions() engine.Options {
 }
 
 // ShorthandBlock is the shorthand options each followed by arg, as a
-// global gpu_turnstile block gives them, for messages: "ollama URL comfy
-// URL".
+// global gpu_turnstile block gives them, for messages ("OPTION URL
+// OPTION URL").
 func ShorthandBlock(arg string) string {
 	var parts []string
 	for _, o := range kinds.Shorthands() {

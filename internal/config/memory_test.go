@@ -74,7 +74,7 @@ func TestMemoryOptionsParse(t *testing.T) {
 	}
 
 	// Off unless vram_admission is given.
-	c, err = Validate(Settings{Ollama: "http://127.0.0.1:1"})
+	c, err = Validate(Settings{Shorthands: map[string]string{"ollama": "http://127.0.0.1:1"}})
 	if err != nil || c.GPU.Memory != nil {
 		t.Fatalf("%+v, %v: admission on without vram_admission", c.GPU.Memory, err)
 	}
@@ -215,7 +215,7 @@ func TestMemoryOptionsJSON(t *testing.T) {
 		}
 	}
 
-	smi := Settings{Ollama: "http://127.0.0.1:1", VRAMProbe: "nvidia-smi"}
+	smi := Settings{Shorthands: map[string]string{"ollama": "http://127.0.0.1:1"}, VRAMProbe: "nvidia-smi"}
 	with := func(f func(*Settings)) Settings { s := smi; f(&s); return s }
 	for _, tc := range []struct {
 		s    Settings
@@ -231,11 +231,11 @@ func TestMemoryOptionsJSON(t *testing.T) {
 		{with(func(s *Settings) { s.VRAMAdmission, s.CoResident = true, []string{"a", ""} }), "co_resident: empty model name"},
 		{with(func(s *Settings) { s.VRAMAdmission, s.CoResident = true, []string{"a", "b", "a"} }), `co_resident: model "a" listed twice`},
 		{with(func(s *Settings) { s.CoResident = []string{"a"} }), "co_resident: needs vram_admission"},
-		{Settings{Ollama: "http://127.0.0.1:1", VRAMAdmission: true}, "vram_admission: needs vram_probe nvidia-smi"},
-		{Settings{Comfy: "http://127.0.0.1:1", VRAMProbe: "comfy", VRAMAdmission: true, CoResident: []string{"a"}}, "vram_admission: needs vram_probe nvidia-smi"},
-		{Settings{Ollama: "http://127.0.0.1:1", VRAMReserve: 1}, "vram_reserve: needs vram_probe nvidia-smi"},
-		{Settings{Ollama: "http://127.0.0.1:1", VRAMPollInterval: 1}, "vram_poll_interval: needs vram_probe nvidia-smi"},
-		{Settings{Ollama: "http://127.0.0.1:1", ModelVRAM: map[string]int64{"m": 1}}, "model_vram: needs vram_probe nvidia-smi"},
+		{Settings{Shorthands: map[string]string{"ollama": "http://127.0.0.1:1"}, VRAMAdmission: true}, "vram_admission: needs vram_probe nvidia-smi"},
+		{Settings{Shorthands: map[string]string{"comfy": "http://127.0.0.1:1"}, VRAMProbe: "comfy", VRAMAdmission: true, CoResident: []string{"a"}}, "vram_admission: needs vram_probe nvidia-smi"},
+		{Settings{Shorthands: map[string]string{"ollama": "http://127.0.0.1:1"}, VRAMReserve: 1}, "vram_reserve: needs vram_probe nvidia-smi"},
+		{Settings{Shorthands: map[string]string{"ollama": "http://127.0.0.1:1"}, VRAMPollInterval: 1}, "vram_poll_interval: needs vram_probe nvidia-smi"},
+		{Settings{Shorthands: map[string]string{"ollama": "http://127.0.0.1:1"}, ModelVRAM: map[string]int64{"m": 1}}, "model_vram: needs vram_probe nvidia-smi"},
 	} {
 		if _, err := Validate(tc.s); err == nil || err.Error() != tc.want {
 			t.Errorf("%+v: %v, want %q", tc.s, err, tc.want)
@@ -265,7 +265,7 @@ func fakeSMI(t *testing.T, sh, bat string) string {
 func TestLocateMemory(t *testing.T) {
 	admission := func(reserve int64) *Turnstile {
 		t.Helper()
-		c, err := Validate(Settings{Ollama: "http://127.0.0.1:1", VRAMProbe: "nvidia-smi", VRAMAdmission: true, VRAMReserve: reserve})
+		c, err := Validate(Settings{Shorthands: map[string]string{"ollama": "http://127.0.0.1:1"}, VRAMProbe: "nvidia-smi", VRAMAdmission: true, VRAMReserve: reserve})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -304,7 +304,7 @@ func TestLocateMemory(t *testing.T) {
 		t.Errorf("without nvidia-smi: %v", err)
 	}
 	// Without vram_admission nothing is looked for.
-	c, err = Validate(Settings{Ollama: "http://127.0.0.1:1", VRAMProbe: "nvidia-smi", VRAMReserve: 1 << 30})
+	c, err = Validate(Settings{Shorthands: map[string]string{"ollama": "http://127.0.0.1:1"}, VRAMProbe: "nvidia-smi", VRAMReserve: 1 << 30})
 	if err != nil || c.Locate() != nil {
 		t.Errorf("inert options looked nvidia-smi up: %v", err)
 	}

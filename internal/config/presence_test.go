@@ -107,7 +107,7 @@ func TestPresenceOptionsJSON(t *testing.T) {
 		t.Fatalf("gpu_busy %+v on GPU %d", o, c.presenceIndex())
 	}
 
-	base := Settings{Ollama: "http://127.0.0.1:1"}
+	base := Settings{Shorthands: map[string]string{"ollama": "http://127.0.0.1:1"}}
 	with := func(f func(*Settings)) Settings { s := base; f(&s); return s }
 	minusOne := -1
 	for _, tc := range []struct {
@@ -140,7 +140,7 @@ func TestLocatePresence(t *testing.T) {
 	if runtime.GOOS == "windows" {
 		t.Skip("the nvidia-smi stand-in is a shell script, and gpu_busy reads PDH on Windows")
 	}
-	s := Settings{Ollama: "http://127.0.0.1:1", GPUIndex: 1, PresenceSettings: PresenceSettings{
+	s := Settings{Shorthands: map[string]string{"ollama": "http://127.0.0.1:1"}, GPUIndex: 1, PresenceSettings: PresenceSettings{
 		HoldWhileGPUProcess: true, HoldWhileGPUBusy: true, PresenceGPUIndex: new(int)}}
 	*s.PresenceGPUIndex = 3
 	t.Setenv("PATH", t.TempDir())

@@ -10,22 +10,21 @@ import (
 // share it. Every duration accepts Caddy's duration syntax; a zero or
 // absent value means the default.
 type Settings struct {
-	// Ollama's URL (e.g. http://127.0.0.1:11435). Empty disables the
-	// Ollama consumer: no unload or warm-up before and after image jobs.
-	Ollama string `json:"ollama,omitempty"`
+	// Shorthands are the URLs of the classes' shorthand options, by
+	// option: each gives its class's first engine, of the kind the option
+	// stands for (the registry's Shorthand, docs/configuration.md). In
+	// JSON each is a top-level string field named after its option; an
+	// empty one disables that engine. At least one engine, by shorthand
+	// or in llm or image, is required.
+	Shorthands map[string]string `json:"-"`
 
-	// ComfyUI's URL (e.g. http://127.0.0.1:8189). Empty disables the
-	// ComfyUI consumer: image requests pass through untouched. At least one
-	// engine (ollama, comfy, llm or image) is required.
-	Comfy string `json:"comfy,omitempty"`
-
-	// More LLM engines, after ollama: Caddyfile `llm KIND URL [{ name
-	// NAME }]`, repeatable. Every one is emptied, and the emptying
-	// confirmed, before exclusive use.
+	// More LLM engines, after the LLM shorthand's: Caddyfile `llm KIND
+	// URL [{ name NAME }]`, repeatable. Every one is emptied, and the
+	// emptying confirmed, before exclusive use.
 	LLM []EngineSettings `json:"llm,omitempty"`
 
-	// More image engines, after comfy: Caddyfile `image KIND URL [{ name
-	// NAME }]`, repeatable.
+	// More image engines, after the image shorthand's: Caddyfile `image
+	// KIND URL [{ name NAME }]`, repeatable.
 	Image []EngineSettings `json:"image,omitempty"`
 
 	// What a blocked LLM request does: "wait" (default) holds it until the
@@ -117,8 +116,9 @@ type Settings struct {
 	// Drivers free memory some seconds after a process lets go of it.
 	MinFreeVRAM int64 `json:"min_free_vram,omitempty"`
 
-	// VRAMProbe reads the card's free memory for min_free_vram: "comfy"
-	// (ComfyUI's /system_stats, the default when comfy is set) or
+	// VRAMProbe reads the card's free memory for min_free_vram: the probe
+	// of an image engine that reports it (its kind's Probe name, the
+	// default when that engine is set; docs/configuration.md) or
 	// "nvidia-smi". Each reading is bounded by probe_timeout.
 	VRAMProbe string `json:"vram_probe,omitempty"`
 
@@ -191,14 +191,23 @@ type Settings struct {
 // it refuses: encoding/json names none for a duration that does not parse.
 func (s *Settings) UnmarshalJSON(b []byte) error {
 	type plain Settings // the fields, without this method
-	return DecodeFields(b, (*plain)(s))
+	rest, short, err := splitShorthands(b)
+	if err != nil {
+		return err
+	}
+	if err := DecodeFields(rest, (*plain)(s)); err != nil {
+		return err
+	}
+	for opt, url := range short {
+		s.SetShorthand(opt, url)
+	}
+	return nil
 }
 
 // EngineSettings configure one engine that shares the turnstile's GPU.
 type EngineSettings struct {
-	// The engine's kind. LLM engines: "ollama", "llamacpp" (llama.cpp's
-	// llama-server in router mode), "llamaswap" or "vllm". Image
-	// engines: "comfyui" or "a1111" (AUTOMATIC1111 or Forge).
+	// The engine's kind, as the registry names it (docs/engines.md lists
+	// the LLM and the image kinds).
 	Kind string `json:"kind"`
 
 	// The engine's URL, e.g. http://127.0.0.1:8080.

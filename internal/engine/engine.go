@@ -11,7 +11,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// Engine is what every engine has: a kind ("ollama", "comfyui"), a name
+// Engine is what every engine has: a kind (its Kind's Name), a name
 // unique in its turnstile (its kind unless the config names it), which
 // the status, the metrics and the messages use, and a URL.
 type Engine interface {

@@ -76,7 +76,7 @@ type Metrics interface {
 	Step(step, engine string, d time.Duration)
 	// UpstreamError counts a failed call to an upstream for an operation
 	// ("unload", "free", "wake", "warm", "probe"): upstream is an engine's
-	// kind ("ollama", "comfy" for ComfyUI) or "vram", engine its name
+	// kind's label (engine.Kind.LabelOrName) or "vram", engine its name
 	// ("" for vram).
 	UpstreamError(upstream, engine, op string)
 	// JobEnded reports an image job that held the GPU, by outcome.

@@ -48,7 +48,7 @@ type Status struct {
 // EngineStatus is what is known of one engine.
 type EngineStatus struct {
 	Name      string `json:"name"`
-	Kind      string `json:"kind"`  // ollama, llamacpp, llamaswap, vllm, comfyui, a1111
+	Kind      string `json:"kind"`  // as the registry names it
 	Class     string `json:"class"` // llm or image
 	URL       string `json:"url"`
 	Reachable *bool  `json:"reachable"` // null until first contact
@@ -68,7 +68,7 @@ type JobStatus struct {
 type UpstreamStatus struct {
 	URL       string `json:"url"`
 	Reachable *bool  `json:"reachable"`           // null until first contact
-	Websocket *bool  `json:"websocket,omitempty"` // comfy only
+	Websocket *bool  `json:"websocket,omitempty"` // an engine watched by a live connection only
 	// GPUReading is false when ComfyUI reports no GPU memory (it runs on
 	// a CPU, MPS or DirectML device): its frees and min_free_vram cannot
 	// be confirmed through it. Comfy only; absent until known.

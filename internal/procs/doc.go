@@ -5,7 +5,7 @@
 // An engine's API is not the last word on whether it holds the GPU: its
 // model servers can outlive it (llama-swap starts each in its own process
 // group, so they are re-parented to init when it dies; Ollama's runners
-// outlive a killed `ollama serve`). What the turnstile remembers of a
+// outlive a killed server). What the turnstile remembers of a
 // process is its ID, a PID with the process's start time, so that a PID the
 // kernel has reused names another process and is not mistaken for the one
 // remembered.

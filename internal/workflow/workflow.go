@@ -9,9 +9,9 @@
 //
 // The formats are:
 //
-//	comfyui:MODEL+MODEL...@WxHxB[xL]@WxHxB[xL]...
-//	a1111:CHECKPOINT@WxHxB[+hrSCALE | +hrXxY]
-//	a1111:extras:UPSCALER
+//	KIND:MODEL+MODEL...@WxHxB[xL]@WxHxB[xL]...   (a node graph)
+//	KIND:CHECKPOINT@WxHxB[+hrSCALE | +hrXxY]    (a generation)
+//	KIND:extras:UPSCALER                        (an upscale)
 //
 // For ComfyUI, the models are the sorted, unique string values of the graph's inputs
 // named *_name or *_nameN (sampler_name aside), and each empty latent node (Empty*Latent*)
