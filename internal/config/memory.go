@@ -30,15 +30,8 @@ const (
 // vram_admission, makes its config; nvidia-smi is looked for when the
 // config loads (locateMemory). Run after validateVRAM.
 func validateMemory(s Settings, c *Turnstile) error {
-	switch {
-	case s.VRAMReserve < 0:
-		return fmt.Errorf("vram_reserve: %d is negative", s.VRAMReserve)
-	case s.VRAMReserve > MaxVRAMSize:
-		return fmt.Errorf("vram_reserve: %d is over the 4EiB maximum", s.VRAMReserve)
-	case s.VRAMPollInterval < 0:
-		return fmt.Errorf("vram_poll_interval: %v is negative", time.Duration(s.VRAMPollInterval))
-	case s.VRAMStale != "" && s.VRAMStale != "wait" && s.VRAMStale != "admit":
-		return fmt.Errorf("vram_stale: %q: want wait or admit", s.VRAMStale)
+	if err := checkMemoryValues(s); err != nil {
+		return err
 	}
 	models := slices.Sorted(maps.Keys(s.ModelVRAM))
 	for _, m := range models {
@@ -87,6 +80,22 @@ func validateMemory(s Settings, c *Turnstile) error {
 		// A missing first reading is stale too: the first requests
 		// after a start wait for it.
 		StaleAdmits: s.VRAMStale == "admit",
+	}
+	return nil
+}
+
+// checkMemoryValues checks the values of the memory options that stand
+// alone.
+func checkMemoryValues(s Settings) error {
+	switch {
+	case s.VRAMReserve < 0:
+		return fmt.Errorf("vram_reserve: %d is negative", s.VRAMReserve)
+	case s.VRAMReserve > MaxVRAMSize:
+		return fmt.Errorf("vram_reserve: %d is over the 4EiB maximum", s.VRAMReserve)
+	case s.VRAMPollInterval < 0:
+		return fmt.Errorf("vram_poll_interval: %v is negative", time.Duration(s.VRAMPollInterval))
+	case s.VRAMStale != "" && s.VRAMStale != "wait" && s.VRAMStale != "admit":
+		return fmt.Errorf("vram_stale: %q: want wait or admit", s.VRAMStale)
 	}
 	return nil
 }

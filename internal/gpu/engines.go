@@ -69,7 +69,10 @@ func (g *GPU) runLocked(name string) *engineRun {
 // withRun changes the record of e with f, under g.mu, and signals the
 // change.
 func (g *GPU) withRun(e Engine, f func(r *engineRun)) {
-	g.update(func() { f(g.runLocked(e.Name())) })
+	g.update(func() {
+		f(g.runLocked(e.Name()))
+		g.unreached.Store(g.anyUnreachedLocked()) // reachability changes only here
+	})
 }
 
 // setState records what e is doing.

@@ -132,7 +132,6 @@ func (g *GPU) signal() {
 func (g *GPU) update(f func()) {
 	g.mu.Lock()
 	f()
-	g.unreached.Store(g.anyUnreachedLocked())
 	g.touch()
 	g.mu.Unlock()
 }

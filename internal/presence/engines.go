@@ -6,8 +6,9 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/shirou/gopsutil/v4/net"
 	"github.com/shirou/gopsutil/v4/process"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/procs"
 )
 
 // EnginePIDs returns the processes listening on the given TCP ports (the
@@ -43,22 +44,7 @@ func EnginePIDs(ctx context.Context, ports []int) (map[int32]bool, error) {
 // listening maps each of ports that something listens on (TCP) to the
 // listening processes; a PID of 0 is a process this one may not see.
 func listening(ctx context.Context, ports []int) (map[int][]int32, error) {
-	out := map[int][]int32{}
-	if len(ports) == 0 {
-		return out, nil
-	}
-	conns, err := net.ConnectionsWithContext(ctx, "tcp")
-	if err != nil {
-		return nil, fmt.Errorf("listing TCP sockets: %w", err)
-	}
-	for _, c := range conns {
-		port := int(c.Laddr.Port)
-		if c.Status != "LISTEN" || !slices.Contains(ports, port) || slices.Contains(out[port], c.Pid) {
-			continue
-		}
-		out[port] = append(out[port], c.Pid)
-	}
-	return out, nil
+	return procs.Listeners(ctx, ports)
 }
 
 // withDescendants adds to own every descendant of its processes.

@@ -60,14 +60,16 @@ func TestTableTreeAndSession(t *testing.T) {
 	}
 }
 
-func TestListenerIn(t *testing.T) {
+func TestListenersIn(t *testing.T) {
 	conns := []gnet.ConnectionStat{
 		{Status: "ESTABLISHED", Laddr: gnet.Addr{Port: 8080}, Pid: 5},
 		{Status: "LISTEN", Laddr: gnet.Addr{Port: 9090}, Pid: 6},
+		{Status: "LISTEN", Laddr: gnet.Addr{Port: 9090}, Pid: 6}, // IPv4 and IPv6
 		{Status: "LISTEN", Laddr: gnet.Addr{Port: 8080}, Pid: 0},
 	}
+	ls := listenersIn(conns, []int{8080, 9090, 7070})
 	for _, c := range []struct {
-		port uint32
+		port int
 		pid  int32
 		l    Listening
 	}{
@@ -75,10 +77,13 @@ func TestListenerIn(t *testing.T) {
 		{9090, 6, Seen},
 		{7070, 0, Nobody},
 	} {
-		pid, l, err := listenerIn(conns, c.port)
+		pid, l, err := listenerOf(ls[c.port])
 		if err != nil || pid != c.pid || l != c.l {
 			t.Errorf("port %d: %d %v %v, want %d %v", c.port, pid, l, err, c.pid, c.l)
 		}
+	}
+	if len(ls[9090]) != 1 {
+		t.Errorf("port 9090 listed %v, want its one process once", ls[9090])
 	}
 }
 
@@ -127,7 +132,7 @@ func TestListenerFindsThisProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	port := uint32(ln.Addr().(*net.TCPAddr).Port)
+	port := ln.Addr().(*net.TCPAddr).Port
 	pid, l, err := Listener(context.Background(), port)
 	if err != nil {
 		t.Skipf("sockets not readable here: %v", err)
