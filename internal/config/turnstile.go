@@ -1,6 +1,7 @@
 package config
 
 import (
+	"context"
 	"fmt"
 	"os/exec"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/admit"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/vram"
 )
 
 // Turnstile is one turnstile's settings with defaults filled in and
@@ -66,7 +68,26 @@ func (c *Turnstile) Locate() error {
 		return err
 	}
 	c.locatePresence()
+	c.locateCard()
 	return nil
+}
+
+// locateCard lets the orchestration read the card's compute processes
+// where nvidia-smi reads the card (min_free_vram or vram_admission): an
+// LLM engine whose processes cannot be seen is confirmed gone by the card.
+func (c *Turnstile) locateCard() {
+	path, index := "", 0
+	if p, ok := c.GPU.Probe.(gpu.SMIProbe); ok {
+		path, index = p.Path, p.Index
+	} else if m := c.GPU.Memory; m != nil && m.SMIPath != "" {
+		path, index = m.SMIPath, m.Index
+	}
+	if path == "" {
+		return
+	}
+	c.GPU.CardProcesses = func(ctx context.Context) (map[int32]int64, error) {
+		return vram.Processes(ctx, path, index)
+	}
 }
 
 // validateRoutes makes the config's guard against misrouting: a

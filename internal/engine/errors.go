@@ -3,8 +3,6 @@ package engine
 import (
 	"errors"
 
-	"go.uber.org/zap"
-
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
 )
 
@@ -44,14 +42,15 @@ func Mark(err, as error) error {
 	return marked{mark: as, err: err}
 }
 
-// RefusedAsEmpty turns an engine's refused connection into "holds
-// nothing": no process answers on its port, so none of its models runs.
-// Its children could outlive a killed server unseen (Ollama checks for its
-// runners; the others cannot be seen from here): min_free_vram, if set,
-// still checks the card. Any other error is returned as it is.
-func RefusedAsEmpty(log *zap.Logger, name string, err error) error {
+// RefusedAsEmpty turns an engine's refused connection into "its API
+// confirms nothing more": the engine is not running, so it lists and
+// unloads nothing. Its model servers may outlive it all the same (a
+// killed llama-swap leaves them running), so the orchestration counts it
+// emptied only once the processes remembered serving its models are gone
+// (package served), the caller returning the refusal as the contact. Any
+// other error is returned as it is.
+func RefusedAsEmpty(err error) error {
 	if err != nil && jsonhttp.Refused(err) {
-		log.Warn(name+" refuses connections: counted as not running, so holding no GPU memory (min_free_vram checks the card, if set)", zap.Error(err))
 		return nil
 	}
 	return err

@@ -147,6 +147,29 @@ type Kind struct {
 	// lists "llama3.2" as "llama3.2:latest"); nil if names are kept as
 	// they are.
 	ModelKey func(name string) string
+
+	// Servers finds an LLM engine's model servers on this host beyond
+	// the descendants of the process listening on its port, which are
+	// always taken (a llama.cpp router's children, vLLM's engine-core
+	// workers): llama-swap's are the listeners of the proxy ports that
+	// /running lists, Ollama's runners are found by their command line.
+	// nil: the descendants are all.
+	Servers func(ctx context.Context, e LLM) (ModelServers, error)
+}
+
+// ModelServers is what an engine's kind finds of its model servers.
+type ModelServers struct {
+	// Ports are the ports its model servers listen on, on this host.
+	Ports []int
+	// PIDs are model server processes found otherwise.
+	PIDs []int32
+	// Models, if Listed, are the models loaded, from the same answer.
+	Models []string
+	Listed bool
+	// Complete says PIDs hold every model server of the engine on this
+	// host whether or not its listener can be seen (Ollama's runners
+	// carry the port of their server in their environment).
+	Complete bool
 }
 
 // LabelOrName is k's legacy label: Label, or Name.

@@ -11,7 +11,13 @@ import (
 // TryLLM takes a shared place on the GPU for an LLM request if one is
 // free now, without waiting: the fast path, an atomic operation or two
 // and no allocation. ReleaseLLM gives it back.
-func (g *GPU) TryLLM() bool { return g.lock.TryAcquireShared() }
+func (g *GPU) TryLLM() bool {
+	if !g.lock.TryAcquireShared() {
+		return false
+	}
+	g.kickLook()
+	return true
+}
 
 // ReleaseLLM gives back a shared place taken by TryLLM, WaitLLM or
 // AcquireShared.
@@ -50,6 +56,7 @@ func (g *GPU) WaitLLM(ctx context.Context, deadline time.Time, waited func()) (t
 	took := time.Since(start)
 	switch {
 	case err == nil:
+		g.kickLook()
 		return took, nil
 	case ctx.Err() != nil:
 		return took, &ClientGoneError{While: fmt.Sprintf("after waiting %v for the GPU", took.Round(time.Millisecond))}

@@ -2,6 +2,8 @@ package gpu
 
 import (
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/netaddr"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/procs"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/served"
 )
 
 // engineState is what an engine is known to be doing, as the status shows
@@ -51,6 +53,15 @@ type engineRun struct {
 	// probe is the readiness probe in flight, which concurrent readiness
 	// checks share (ready.go).
 	probe *probeCall
+
+	// served is what is remembered of an LLM engine's processes
+	// (processes.go), restored from the process store once
+	// (servedRestored); left are those still alive when it should be
+	// empty, and waitWhy why that keeps it from counting as emptied.
+	served         served.Record
+	servedRestored bool
+	left           []procs.Proc
+	waitWhy        string
 }
 
 // runLocked returns the engine's record, made on first use; g.mu is held.

@@ -63,6 +63,13 @@ type Config struct {
 	// HoldStore keeps the holds across restarts; nil keeps them in memory
 	// only. The first config's store is the one holds are restored from.
 	HoldStore HoldStore
+	// ProcessStore keeps what is known of the LLM engines' processes
+	// across restarts; nil keeps it in memory only.
+	ProcessStore ProcessStore
+	// CardProcesses lists the compute processes on the card and the
+	// memory each uses (vram_probe nvidia-smi); nil where the card is
+	// not read that way.
+	CardProcesses func(ctx context.Context) (map[int32]int64, error)
 }
 
 // Metrics receives what the orchestration measures. Every method must be
@@ -118,6 +125,11 @@ type GPU struct {
 	// Close waits for them all.
 	running sync.WaitGroup
 
+	// lookKick asks the process loop for a look at the LLM engines
+	// (processes.go); lookMu makes one look at a time.
+	lookKick chan struct{}
+	lookMu   sync.Mutex
+
 	mu sync.Mutex // the owner of state: a leaf (state.go)
 	state
 }
@@ -127,10 +139,11 @@ type GPU struct {
 func New(name string, m Metrics) *GPU {
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &GPU{
-		name:    name,
-		metrics: m,
-		ctx:     ctx,
-		cancel:  cancel,
+		name:     name,
+		metrics:  m,
+		ctx:      ctx,
+		cancel:   cancel,
+		lookKick: make(chan struct{}, 1),
 	}
 	g.act = activity{holds: map[string]*Hold{}}
 	g.since = time.Now()
@@ -190,6 +203,7 @@ func (g *GPU) Apply(c *Config, log *zap.Logger) {
 	g.started = true
 	g.watchPresence(c)
 	g.watchMemory(c)
+	g.watchProcesses()
 	g.touch()
 	g.mu.Unlock()
 	switch {

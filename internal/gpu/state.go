@@ -22,6 +22,9 @@ type state struct {
 	closed bool
 	// started is set once the first config's start-up has begun.
 	started bool
+	// looking is set once the loop that looks at the LLM engines'
+	// processes runs (processes.go).
+	looking bool
 	// settling is closed once the start-up has settled who has the GPU
 	// first (a restored hold); until then image jobs and holds wait for
 	// it. Nil when not starting up.

@@ -56,6 +56,10 @@ type EngineStatus struct {
 	// emptied, asleep, waking or cannot_empty (LLM); ready, running,
 	// freeing or freed (image).
 	State string `json:"state"`
+	// ProcessesLeft are an LLM engine's processes still alive that keep it
+	// from counting as emptied, and Waiting says why.
+	ProcessesLeft []ProcessLeft `json:"processes_left,omitempty"`
+	Waiting       string        `json:"waiting,omitempty"`
 }
 
 // JobStatus is the image work holding the GPU, with its age.
@@ -158,8 +162,9 @@ func (g *GPU) enginesLocked(c *Config) []EngineStatus {
 	}
 	out := make([]EngineStatus, 0, len(c.LLMs)+len(c.Images))
 	add := func(e Engine, class string, reach *bool) {
+		r := g.runLocked(e.Name())
 		out = append(out, EngineStatus{Name: e.Name(), Kind: e.Kind(), Class: class, URL: RedactURL(e.URL()),
-			Reachable: reach, State: g.runLocked(e.Name()).state.String()})
+			Reachable: reach, State: r.state.String(), ProcessesLeft: r.processesLeft(), Waiting: r.waitWhy})
 	}
 	for _, e := range c.LLMs {
 		add(e, "llm", g.runLocked(e.Name()).up.get())

@@ -104,12 +104,18 @@ func (g *GPU) emptyLLM(ctx context.Context, c *Config, e LLMEngine, abnormal tim
 	g.withRun(e, func(r *engineRun) {
 		prev, r.state = r.state, stateEmptying
 	})
+	// What runs its models now is remembered before the unload, which
+	// may answer while a wrapper's child still holds one.
+	g.lookAt(ctx, c, e, askServers)
 	var names, kept []string
 	var contact, err error
 	if k, ok := e.(Keeper); ok && keep != nil && abnormal.IsZero() {
 		names, kept, contact, err = k.EmptyBut(ctx, g.log(), keep.keeps)
 	} else {
 		names, contact, err = e.Empty(ctx, g.log(), abnormal)
+	}
+	if err == nil {
+		err = g.confirmGone(ctx, c, e, contact)
 	}
 	took := time.Since(start)
 	stepEvent(ctx, "emptied", e.Name(), took, err)

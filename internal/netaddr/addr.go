@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 )
 
@@ -80,4 +81,22 @@ func canonicalHost(host string) string {
 		return "localhost"
 	}
 	return host
+}
+
+// Local reports whether a is on this host: a loopback name or address.
+func (a Addr) Local() bool {
+	if a.host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(a.host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Port is a's port as a number, 0 if it is none.
+func (a Addr) Port() int {
+	n, err := strconv.Atoi(a.port)
+	if err != nil {
+		return 0
+	}
+	return n
 }

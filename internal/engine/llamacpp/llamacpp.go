@@ -70,8 +70,9 @@ func (e *Engine) Loaded(ctx context.Context) ([]string, error) {
 // Empty implements engine.LLM: every model loaded, loading or sleeping is
 // unloaded, and /models read until all are unloaded, which they are only
 // once their child processes have exited. A router that refuses
-// connections runs no model.
-func (e *Engine) Empty(ctx context.Context, log *zap.Logger, _ time.Time) ([]string, error, error) {
+// connections is counted empty by the orchestration only once the
+// children it had are gone (a child lives until its load ends).
+func (e *Engine) Empty(ctx context.Context, _ *zap.Logger, _ time.Time) ([]string, error, error) {
 	err := e.router(ctx)
 	if errors.Is(err, engine.ErrCannotEmpty) {
 		return nil, nil, err
@@ -80,7 +81,7 @@ func (e *Engine) Empty(ctx context.Context, log *zap.Logger, _ time.Time) ([]str
 	if err == nil {
 		names, err = e.c.UnloadAll(ctx, e.poll)
 	}
-	return names, err, engine.RefusedAsEmpty(log, e.name, err)
+	return names, err, engine.RefusedAsEmpty(err)
 }
 
 // UnloadSoon implements engine.LLM. It asks for nothing: a child told to

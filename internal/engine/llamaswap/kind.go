@@ -26,4 +26,5 @@ var Kind = &engine.Kind{
 		ServesJobsOf: "a1111",
 	},
 	Dialect: engine.DialectOpenAI,
+	Servers: servers,
 }

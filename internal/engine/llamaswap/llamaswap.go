@@ -41,11 +41,14 @@ func (e *Engine) Loaded(ctx context.Context) ([]string, error) {
 }
 
 // Empty implements engine.LLM: the unload, confirmed by /running listing
-// nothing. A llama-swap that refuses connections runs no server (they are
-// its children, in its process group).
-func (e *Engine) Empty(ctx context.Context, log *zap.Logger, _ time.Time) ([]string, error, error) {
+// nothing. The unload answers once each `cmd` process has exited, which
+// is no proof that what a wrapper started has; and a llama-swap that
+// refuses connections may have left its model servers running (they are
+// in process groups of their own): the orchestration confirms both by
+// the processes (Kind.Servers).
+func (e *Engine) Empty(ctx context.Context, _ *zap.Logger, _ time.Time) ([]string, error, error) {
 	names, err := e.c.Empty(ctx)
-	return names, err, engine.RefusedAsEmpty(log, e.name, err)
+	return names, err, engine.RefusedAsEmpty(err)
 }
 
 // UnloadSoon implements engine.LLM. It asks for nothing: llama-swap's

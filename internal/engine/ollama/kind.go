@@ -35,4 +35,5 @@ var Kind = &engine.Kind{
 	OOM: []string{"out of memory", "requires more system memory"},
 	// It lists "llama3.2" as "llama3.2:latest", which is the same model.
 	ModelKey: func(name string) string { return strings.TrimSuffix(name, ":latest") },
+	Servers:  servers,
 }

@@ -9,7 +9,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine"
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/jsonhttp"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/poll"
 )
@@ -86,33 +85,25 @@ func (o *Engine) UnloadSoon(ctx context.Context) (int, error) {
 }
 
 // Empty implements engine.LLM. Normally an empty /api/ps is the
-// confirmation. After abnormal LLM use it is confirmed as
-// confirmAfterAbort says; and a refused connection counts as empty only as
-// confirmNotRunning says.
-func (o *Engine) Empty(ctx context.Context, log *zap.Logger, abnormal time.Time) ([]string, error, error) {
+// confirmation; after abnormal LLM use it is confirmed as
+// confirmAfterAbort says. An Ollama that refuses connections is counted
+// empty by the orchestration only once its runners are gone (Kind.Servers
+// finds them).
+func (o *Engine) Empty(ctx context.Context, _ *zap.Logger, abnormal time.Time) ([]string, error, error) {
 	names, err := o.c.UnloadAll(ctx, o.poll)
 	if err == nil && !abnormal.IsZero() {
 		var more []string
 		more, err = o.confirmAfterAbort(ctx, abnormal)
 		names = append(names, more...)
 	}
-	contact := err
-	if err != nil && jsonhttp.Refused(err) {
-		err = o.confirmNotRunning(ctx, log, err)
-	}
-	return names, contact, err
+	return names, err, engine.RefusedAsEmpty(err)
 }
 
 // EmptyBut implements engine.Keeper: an /api/ps that lists only the kept
-// models is the confirmation. A refused connection counts as empty only
-// as confirmNotRunning says.
-func (o *Engine) EmptyBut(ctx context.Context, log *zap.Logger, keep func(model string) bool) (unloaded, kept []string, contact, err error) {
+// models is the confirmation.
+func (o *Engine) EmptyBut(ctx context.Context, _ *zap.Logger, keep func(model string) bool) (unloaded, kept []string, contact, err error) {
 	unloaded, kept, err = o.c.UnloadAllBut(ctx, o.poll, keep)
-	contact = err
-	if err != nil && jsonhttp.Refused(err) {
-		err = o.confirmNotRunning(ctx, log, err)
-	}
-	return unloaded, kept, contact, err
+	return unloaded, kept, err, engine.RefusedAsEmpty(err)
 }
 
 // confirmAfterAbort confirms that Ollama is empty after LLM use that ended
@@ -141,37 +132,6 @@ func (o *Engine) confirmAfterAbort(ctx context.Context, since time.Time) ([]stri
 				return names, fmt.Errorf("%w: its runner processes could not be listed: %v", errOllamaBusy, rerr)
 			}
 			return names, fmt.Errorf("%w: it lists no model, but %s still alive: a load may still be running", errOllamaBusy, describeRunners(runners))
-		}
-	}
-}
-
-// confirmNotRunning decides what an Ollama that refuses connections holds.
-// Its runners outlive an `ollama serve` killed with SIGKILL, holding their
-// memory, so a refusing local Ollama is empty only once no runner process
-// of it is alive. For an Ollama on another host nothing more can be seen:
-// it counts as empty (min_free_vram, if set, still checks the card).
-func (o *Engine) confirmNotRunning(ctx context.Context, log *zap.Logger, refused error) error {
-	pace := poll.New(o.poll)
-	logged := false
-	for {
-		runners, visible, err := o.c.LocalRunners(ctx)
-		switch {
-		case !visible:
-			log.Warn("ollama refuses connections: counted as not running; its processes are on another host and cannot be checked", zap.Error(refused))
-			return nil
-		case err == nil && len(runners) == 0:
-			log.Warn("ollama refuses connections and no runner of it is alive: not running, so holding no GPU memory", zap.Error(refused))
-			return nil
-		case err == nil && !logged:
-			logged = true
-			log.Warn("ollama refuses connections, but runner processes of it are alive and hold GPU memory; waiting for them to exit",
-				zap.String("runners", describeRunners(runners)))
-		}
-		if pace.Wait(ctx) != nil {
-			if err != nil {
-				return fmt.Errorf("%w: it refuses connections and its runner processes could not be listed: %v", errOllamaBusy, err)
-			}
-			return fmt.Errorf("%w: it refuses connections, but %s still alive, holding GPU memory (was ollama serve killed without its runners?)", errOllamaBusy, describeRunners(runners))
 		}
 	}
 }

@@ -62,9 +62,10 @@ func (e *Engine) Loaded(ctx context.Context) ([]string, error) {
 }
 
 // Empty implements engine.LLM: a level-1 sleep that lets running requests
-// finish, confirmed by /is_sleeping. A vLLM that refuses connections holds
-// nothing.
-func (e *Engine) Empty(ctx context.Context, log *zap.Logger, _ time.Time) ([]string, error, error) {
+// finish, confirmed by /is_sleeping. A vLLM that refuses connections is
+// counted empty by the orchestration only once its engine-core workers,
+// which hold the memory, are gone.
+func (e *Engine) Empty(ctx context.Context, _ *zap.Logger, _ time.Time) ([]string, error, error) {
 	models, err := e.Loaded(ctx)
 	if err == nil && len(models) == 0 && !e.slept.Load() {
 		// Asleep, but not by us: at what level is unknown. Wake it (no
@@ -84,7 +85,7 @@ func (e *Engine) Empty(ctx context.Context, log *zap.Logger, _ time.Time) ([]str
 	case errors.Is(err, vllm.ErrNoSleepMode):
 		return nil, nil, e.noSleep(err)
 	}
-	return models, err, engine.RefusedAsEmpty(log, e.name, err)
+	return models, err, engine.RefusedAsEmpty(err)
 }
 
 // UnloadSoon implements engine.LLM. It asks for nothing: asleep, vLLM

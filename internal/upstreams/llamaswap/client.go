@@ -44,6 +44,9 @@ type Process struct {
 	Model string `json:"model"`
 	State string `json:"state"` // "starting", "ready" or "stopping"
 	Name  string `json:"name"`  // the config's display name, often ""
+	// Proxy is the URL of the model's server, which llama-swap forwards
+	// to: on this host, its port is the server's listener.
+	Proxy string `json:"proxy"`
 }
 
 // Running lists the processes that are not stopped, sorted by model.

@@ -1,0 +1,397 @@
+package gpu
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/netaddr"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/procs"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/served"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/poll"
+)
+
+// The LLM engines' processes: what served their models is remembered
+// (package served) and must be gone before the GPU is handed over, even
+// when the engine's API says it is empty, or refuses connections.
+
+// ProcessStore keeps what is remembered of each LLM engine's processes
+// across restarts of Caddy: an orphan left by an engine that died before
+// a restart is still known after it. Its methods are called outside any
+// lock, from one goroutine at a time.
+type ProcessStore interface {
+	// LoadProcesses returns what SaveProcesses kept for the engine (by
+	// name), nil if nothing.
+	LoadProcesses(ctx context.Context, engine string) ([]byte, error)
+	SaveProcesses(ctx context.Context, engine string, data []byte) error
+}
+
+// ProcessLeft is a process of an LLM engine still alive when the engine
+// should be empty, as the status shows it.
+type ProcessLeft struct {
+	PID  int32  `json:"pid"`
+	Name string `json:"name"`
+}
+
+// minLookSpacing is the least time between two looks that LLM admissions
+// ask for: under a steady stream of requests, a look (one walk of the
+// process table) runs at most this often.
+const minLookSpacing = 250 * time.Millisecond
+
+// kickLook asks the process loop for a look at the LLM engines, without
+// waiting or allocating: an LLM request was admitted, so a model may be
+// loading.
+func (g *GPU) kickLook() {
+	select {
+	case g.lookKick <- struct{}{}:
+	default:
+	}
+}
+
+// watchProcesses starts, once, the loop that keeps the LLM engines'
+// process records up to date; g.mu is held.
+func (g *GPU) watchProcesses() {
+	if g.looking {
+		return
+	}
+	g.looking = g.spawnLocked(g.processLoop)
+}
+
+// processLoop looks at the LLM engines after LLM admissions and every
+// unload_poll_interval while one has models loaded.
+func (g *GPU) processLoop() {
+	var last time.Time
+	for {
+		if !g.awaitLook() {
+			return
+		}
+		if sleepCtx(g.ctx, time.Until(last.Add(minLookSpacing))) != nil {
+			return
+		}
+		last = time.Now()
+		g.lookAll(g.cfg())
+	}
+}
+
+// awaitLook waits for the next look to be due: an admission asked for
+// one, or unload_poll_interval passed while an engine has models loaded.
+// It is false once the GPU is closed.
+func (g *GPU) awaitLook() bool {
+	var tick <-chan time.Time
+	if c := g.cfg(); c != nil && g.anyLoaded(c) {
+		t := time.NewTimer(c.UnloadPoll)
+		defer t.Stop()
+		tick = t.C
+	}
+	select {
+	case <-g.ctx.Done():
+		return false
+	case <-g.lookKick:
+	case <-tick:
+	}
+	return true
+}
+
+// anyLoaded reports whether an LLM engine of c was last seen with models
+// or model servers.
+func (g *GPU) anyLoaded(c *Config) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, e := range c.LLMs {
+		if g.runLocked(e.Name()).served.Loaded() {
+			return true
+		}
+	}
+	return false
+}
+
+// lookAll looks at every LLM engine of c that is not being emptied (an
+// emptying looks for itself).
+func (g *GPU) lookAll(c *Config) {
+	if c == nil {
+		return
+	}
+	for _, e := range c.LLMs {
+		g.mu.Lock()
+		emptying := g.runLocked(e.Name()).state == stateEmptying
+		g.mu.Unlock()
+		if emptying {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(g.ctx, c.ProbeTimeout)
+		g.lookAt(ctx, c, e, askModels)
+		cancel()
+	}
+}
+
+// lookAt brings what is remembered of e's processes up to date from one
+// look at its API and at the host's processes, and returns it with the
+// process table it was read from (nil if the processes could not be
+// read).
+func (g *GPU) lookAt(ctx context.Context, c *Config, e LLMEngine, api apiView) (served.Record, *procs.Table) {
+	g.lookMu.Lock()
+	defer g.lookMu.Unlock()
+	prev := g.restoreServed(ctx, c, e)
+	s, t := g.sight(ctx, e, api)
+	rec := served.Look(prev, s, t, time.Now())
+	if rec.Unseen && rec.Loaded() {
+		rec.CardPIDs = g.cardPIDs(ctx, c, prev.CardPIDs)
+	}
+	g.mu.Lock()
+	g.runLocked(e.Name()).served = rec
+	g.mu.Unlock()
+	if !served.Same(prev, rec) {
+		g.saveServed(ctx, c, e, rec)
+	}
+	return rec, t
+}
+
+// apiView is what a look asks of an engine's API.
+type apiView uint8
+
+const (
+	// askModels asks it for its models (and its kind for its servers).
+	askModels apiView = iota
+	// askServers asks only what its kind needs to find its servers: the
+	// engine is being emptied, which asks for its models itself.
+	askServers
+	// confirmedEmpty is askServers once its API has confirmed it empty.
+	confirmedEmpty
+)
+
+// sight is one look at e: its API's models and model servers, as api
+// says, and the host's listeners and processes (nil when e is not on
+// this host or they cannot be read).
+func (g *GPU) sight(ctx context.Context, e LLMEngine, api apiView) (served.Sight, *procs.Table) {
+	s := served.Sight{Self: int32(os.Getpid())}
+	var ms engine.ModelServers
+	if k := engine.KindOf(e); k != nil && k.Servers != nil {
+		ms, _ = k.Servers(ctx, e)
+	} else if api == askModels {
+		if models, err := e.Loaded(ctx); err == nil {
+			ms.Models, ms.Listed = models, true
+		}
+	}
+	s.Models, s.Answered, s.Complete = ms.Models, ms.Listed, ms.Complete
+	if api == confirmedEmpty {
+		s.Models, s.Answered = nil, true
+	}
+	addr, err := netaddr.EngineAddr(e.URL())
+	if err != nil || !addr.Local() {
+		return s, nil
+	}
+	ports := append([]int{addr.Port()}, ms.Ports...)
+	ls, err := procs.Listeners(ctx, ports)
+	if err != nil {
+		g.log().Debug("the engine's processes cannot be read", zap.String("engine", e.Name()), zap.Error(err))
+		return s, nil
+	}
+	t, err := procs.Snapshot(ctx)
+	if err != nil {
+		g.log().Debug("the engine's processes cannot be read", zap.String("engine", e.Name()), zap.Error(err))
+		return s, nil
+	}
+	s.Local = true
+	s.Listeners = ls[addr.Port()]
+	for _, p := range ms.Ports {
+		if pids, ok := ls[p]; ok {
+			s.Servers = append(s.Servers, pids...)
+		}
+	}
+	s.Servers = append(s.Servers, ms.PIDs...)
+	return s, t
+}
+
+// cardPIDs are the compute processes on the card now, for an engine whose
+// own processes cannot be seen while it has models: once none of them is
+// listed, the card shows its models gone. Without a card reading, or if
+// it fails, those of the last reading are kept.
+func (g *GPU) cardPIDs(ctx context.Context, c *Config, prev []int32) []int32 {
+	if c.CardProcesses == nil {
+		return prev
+	}
+	on, err := c.CardProcesses(ctx)
+	if err != nil {
+		return prev
+	}
+	pids := make([]int32, 0, len(on))
+	for pid := range on {
+		pids = append(pids, pid)
+	}
+	slices.Sort(pids)
+	return pids
+}
+
+// restoreServed is what is remembered of e's processes, read from the
+// process store the first time it is asked for.
+func (g *GPU) restoreServed(ctx context.Context, c *Config, e LLMEngine) served.Record {
+	g.mu.Lock()
+	r := g.runLocked(e.Name())
+	rec, restored := r.served, r.servedRestored
+	r.servedRestored = true
+	g.mu.Unlock()
+	if restored || c.ProcessStore == nil {
+		return rec
+	}
+	data, err := c.ProcessStore.LoadProcesses(ctx, e.Name())
+	if err != nil || data == nil {
+		if err != nil {
+			g.log().Warn("reading what was remembered of the engine's processes", zap.String("engine", e.Name()), zap.Error(err))
+		}
+		return rec
+	}
+	var kept served.Record
+	if err := json.Unmarshal(data, &kept); err != nil {
+		g.log().Warn("what was remembered of the engine's processes does not decode; starting afresh", zap.String("engine", e.Name()), zap.Error(err))
+		return rec
+	}
+	return kept
+}
+
+// saveServed writes rec to the process store.
+func (g *GPU) saveServed(ctx context.Context, c *Config, e LLMEngine, rec served.Record) {
+	if c.ProcessStore == nil {
+		return
+	}
+	data, err := json.Marshal(rec)
+	if err == nil {
+		err = c.ProcessStore.SaveProcesses(ctx, e.Name(), data)
+	}
+	if err != nil {
+		g.log().Warn("keeping what is known of the engine's processes", zap.String("engine", e.Name()), zap.Error(err))
+	}
+}
+
+// confirmGone waits, within ctx, until none of the processes that served
+// e's models is alive, once its API has confirmed it empty (contact nil)
+// or it refuses connections (contact the refusal). An engine emptied by
+// sleeping keeps its processes. What is left shows in the status.
+func (g *GPU) confirmGone(ctx context.Context, c *Config, e LLMEngine, contact error) error {
+	refused := contact != nil && engine.Refused(contact)
+	if _, sleeps := e.(Waker); sleeps && !refused {
+		return nil
+	}
+	var left []procs.Proc
+	var why string
+	logged := false
+	for pace := poll.New(c.UnloadPoll); ; {
+		left, why = g.leftOf(ctx, c, e, refused)
+		g.setLeft(e, left, why)
+		if why == "" {
+			if refused {
+				g.log().Warn(e.Name()+" refuses connections, and none of the processes that served its models is alive: counted as not running", zap.Error(contact))
+			}
+			return nil
+		}
+		if !logged {
+			logged = true
+			g.log().Warn(e.Name()+" is not empty yet: "+why, zap.String("processes", procList(left)))
+		}
+		if pace.Wait(ctx) != nil {
+			return fmt.Errorf("%s %w: %s (the image job or hold that waited for it was refused; once they exit, retry; DELETE /gpu_turnstile/job?force=1 forgets them)", e.Name(), ErrNotEmptied, why)
+		}
+	}
+}
+
+// leftOf is what keeps e from counting as empty now: the processes that
+// served its models and are alive, and why ("" when nothing does).
+func (g *GPU) leftOf(ctx context.Context, c *Config, e LLMEngine, refused bool) ([]procs.Proc, string) {
+	api := confirmedEmpty
+	if refused {
+		api = askServers
+	}
+	rec, t := g.lookAt(ctx, c, e, api)
+	switch {
+	case refused && rec.Unseen && rec.Loaded():
+		if g.cardShowsGone(ctx, c, rec) {
+			return nil, ""
+		}
+		return nil, "it refuses connections, it had models loaded, and its processes cannot be seen from here (another user's, another container or host): only a card reading (vram_probe nvidia-smi) that no longer lists its compute processes shows them gone"
+	case t == nil:
+		return nil, ""
+	case refused:
+		if left := served.LeftRefused(rec, t); len(left) > 0 {
+			return left, "it refuses connections, but what served its models is alive: " + procList(left)
+		}
+	default:
+		if left := served.Left(rec, t); len(left) > 0 {
+			return left, "its API lists no model, but what served its models is still alive: " + procList(left)
+		}
+	}
+	return nil, ""
+}
+
+// cardShowsGone reports whether the card no longer lists any of the
+// compute processes seen while rec's engine had models.
+func (g *GPU) cardShowsGone(ctx context.Context, c *Config, rec served.Record) bool {
+	if c.CardProcesses == nil || len(rec.CardPIDs) == 0 {
+		return false
+	}
+	on, err := c.CardProcesses(ctx)
+	if err != nil {
+		return false
+	}
+	for _, pid := range rec.CardPIDs {
+		if _, ok := on[pid]; ok {
+			return false
+		}
+	}
+	return true
+}
+
+// setLeft records what is left of e's processes, and why it waits, for
+// the status.
+func (g *GPU) setLeft(e Engine, left []procs.Proc, why string) {
+	g.mu.Lock()
+	r := g.runLocked(e.Name())
+	same := r.waitWhy == why && slices.EqualFunc(r.left, left, func(a, b procs.Proc) bool { return a.ID == b.ID })
+	g.mu.Unlock()
+	if same {
+		return
+	}
+	g.withRun(e, func(r *engineRun) { r.left, r.waitWhy = left, why })
+}
+
+// processesLeft is the status's list of r's processes left.
+func (r *engineRun) processesLeft() []ProcessLeft {
+	if len(r.left) == 0 {
+		return nil
+	}
+	out := make([]ProcessLeft, len(r.left))
+	for i, p := range r.left {
+		out[i] = ProcessLeft{PID: p.PID, Name: p.Name}
+	}
+	return out
+}
+
+// procList names processes for a message: "42 (llama-server), 43
+// (python3)".
+func procList(ps []procs.Proc) string {
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		names[i] = fmt.Sprintf("%d (%s)", p.PID, p.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// sleepCtx waits d, or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
