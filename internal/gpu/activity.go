@@ -51,6 +51,10 @@ type Waiter struct {
 	Path  string // the request's path
 	Model string // the model the request names, if known without reading more of it
 	Owner string // a hold's owner
+	// Force is a hold's "force": the LLM engines' processes left alive
+	// or unseen do not keep the GPU from it (the operator says they hold
+	// nothing).
+	Force bool
 }
 
 // WaiterStatus is one waiting request as the status shows it.

@@ -173,6 +173,9 @@ func (g *GPU) grantHold(ctx context.Context, owner string, ttl time.Duration, st
 // the hold.
 func (g *GPU) prepareHold(ctx context.Context, u *use) error {
 	sctx, span := u.tr.start(g, "gpu_turnstile.unload")
+	if waiterFrom(ctx).Force {
+		sctx = withForce(sctx)
+	}
 	_, err := g.emptyForExclusive(sctx, u.c, nil, "")
 	EndSpan(span, err)
 	if err != nil {

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -180,6 +181,10 @@ func (j *ImageJob) retryInterrupter() {
 // (the interrupt stops it at its next step, job_timeout at the latest). It
 // returns ErrNoJob or ErrNotOurJob as CancelJob does.
 func (g *GPU) ForceEndJob(ctx context.Context, by string) (Cancelled, error) {
+	if names := g.ForgetProcesses(by); len(names) > 0 {
+		// What keeps the GPU from the next job is not a job.
+		return Cancelled{Engine: strings.Join(names, ","), Outcome: OutcomeForgotten}, nil
+	}
 	j, err := g.jobToCancel()
 	if err != nil {
 		return Cancelled{}, err

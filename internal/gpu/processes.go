@@ -278,6 +278,10 @@ func (g *GPU) confirmGone(ctx context.Context, c *Config, e LLMEngine, contact e
 	if _, sleeps := e.(Waker); sleeps && !refused {
 		return nil
 	}
+	if forced(ctx) {
+		g.ForgetProcesses("a hold with force")
+		return nil
+	}
 	var left []procs.Proc
 	var why string
 	logged := false
@@ -395,3 +399,50 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	}
 }
+
+// OutcomeForgotten is the outcome of DELETE /gpu_turnstile/job?force=1
+// when no job runs but LLM engines wait for their processes: what was
+// remembered of them is forgotten.
+const OutcomeForgotten = "processes_forgotten"
+
+// ForgetProcesses is the operator's way past LLM engines that do not count
+// as emptied because processes that served their models are alive, or
+// cannot be seen gone: what is remembered of them is forgotten, and an
+// emptying that waits for them goes on (the next look finds again only
+// what the engine still runs as its own). It returns the engines
+// concerned, by name; none if no engine waits for its processes.
+func (g *GPU) ForgetProcesses(by string) []string {
+	c := g.cfg()
+	if c == nil {
+		return nil
+	}
+	var names []string
+	g.lookMu.Lock()
+	defer g.lookMu.Unlock()
+	for _, e := range c.LLMs {
+		g.mu.Lock()
+		r := g.runLocked(e.Name())
+		held := r.waitWhy != ""
+		if held {
+			r.served, r.left, r.waitWhy = served.Record{At: time.Now()}, nil, ""
+			g.touch()
+		}
+		g.mu.Unlock()
+		if held {
+			names = append(names, e.Name())
+			g.saveServed(g.ctx, c, e, served.Record{At: time.Now()})
+		}
+	}
+	if len(names) > 0 {
+		g.log().Warn("the processes remembered of LLM engines are forgotten by an operator: they count as gone",
+			zap.Strings("engines", names), zap.String("by", by))
+	}
+	return names
+}
+
+type forceKey struct{}
+
+// withForce marks an emptying for a hold taken with "force".
+func withForce(ctx context.Context) context.Context { return context.WithValue(ctx, forceKey{}, true) }
+
+func forced(ctx context.Context) bool { f, _ := ctx.Value(forceKey{}).(bool); return f }

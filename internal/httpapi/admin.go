@@ -26,7 +26,7 @@ const DefaultTurnstile = "default"
 //	GET    /gpu_turnstile/history[?turnstile=NAME]
 //	GET    /gpu_turnstile/events[?turnstile=NAME]  the live events (Server-Sent Events)
 //	GET    /gpu_turnstile/holds             active holds
-//	POST   /gpu_turnstile/holds             {"turnstile","owner","ttl","wait","wait_timeout"} -> 201 once held
+//	POST   /gpu_turnstile/holds             {"turnstile","owner","ttl","wait","wait_timeout","force"} -> 201 once held
 //	POST   /gpu_turnstile/holds/{id}/renew  [{"ttl"}]
 //	DELETE /gpu_turnstile/holds/{id}
 //	DELETE /gpu_turnstile/job[?turnstile=NAME]  cancel the running image job -> 200 once stopped

@@ -39,7 +39,7 @@ func (s *SiteHolds) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
 // holdRoutes serve the hold routes, below the path where they are mounted:
 //
 //	GET    /holds             active holds
-//	POST   /holds             {"turnstile","owner","ttl","wait","wait_timeout"} -> 201 once held
+//	POST   /holds             {"turnstile","owner","ttl","wait","wait_timeout","force"} -> 201 once held
 //	POST   /holds/{id}/renew  [{"ttl"}]
 //	DELETE /holds/{id}
 //
@@ -159,6 +159,7 @@ type holdRequest struct {
 	ttl   time.Duration
 	wait  time.Duration // the longest wait, from the request's arrival
 	now   bool          // "wait": false: 409 at once if the GPU cannot be held now
+	force bool          // "force": engines' processes left do not keep the GPU from it
 }
 
 func (hr holdRoutes) create(w http.ResponseWriter, r *http.Request) error {
@@ -171,9 +172,9 @@ func (hr holdRoutes) create(w http.ResponseWriter, r *http.Request) error {
 	defer cancel()
 	var h *gpu.Hold
 	if req.now {
-		h, err = t.TryHold(r.Context(), req.owner, req.ttl)
+		h, err = t.TryHold(gpu.WithWaiter(r.Context(), gpu.Waiter{Path: r.URL.Path, Force: req.force}), req.owner, req.ttl)
 	} else {
-		h, err = t.TakeHold(gpu.WithWaiter(ctx, gpu.Waiter{Path: r.URL.Path}), req.owner, req.ttl)
+		h, err = t.TakeHold(gpu.WithWaiter(ctx, gpu.Waiter{Path: r.URL.Path, Force: req.force}), req.owner, req.ttl)
 	}
 	switch {
 	case err == nil:
@@ -204,11 +205,14 @@ func (hr holdRoutes) parseCreate(r *http.Request) (holdRequest, error) {
 		TTL         json.RawMessage `json:"ttl"`
 		Wait        *bool           `json:"wait"`
 		WaitTimeout json.RawMessage `json:"wait_timeout"` // default image_wait_timeout
+		// Force: LLM engines' processes left alive or unseen do not keep
+		// the GPU from the hold (the operator says they hold nothing).
+		Force bool `json:"force"`
 	}
 	if err := decodeBody(r, &body, false); err != nil {
 		return holdRequest{}, err
 	}
-	req := holdRequest{now: body.Wait != nil && !*body.Wait}
+	req := holdRequest{now: body.Wait != nil && !*body.Wait, force: body.Force}
 	var err error
 	switch {
 	case hr.one == nil:
