@@ -196,10 +196,14 @@ func TestKilledOllamaOrphanRefusesTheJob(t *testing.T) {
 	if r := h.post(ctx, h.llm+"/api/chat", chatBody("llama3.2", false)); r.status != 200 {
 		t.Fatalf("chat: %d %s", r.status, r.body)
 	}
+	pids := h.ollama.RunnerPIDs()
+	if len(pids) != 1 {
+		t.Fatalf("runner processes %v; want one", pids)
+	}
 	h.ollama.Kill()
 	r := h.post(ctx, h.image+"/prompt", promptBody(20))
-	if r.status != 503 || !strings.Contains(r.body, "runner process") {
-		t.Fatalf("got %d %s, want 503 naming the runner process", r.status, r.body)
+	if r.status != 503 || !strings.Contains(r.body, strconv.Itoa(pids[0])) {
+		t.Fatalf("got %d %s, want 503 naming the runner process %d", r.status, r.body, pids[0])
 	}
 	if h.comfy.Prompts() != 0 {
 		t.Fatal("ComfyUI got the prompt")

@@ -133,13 +133,17 @@ func (g *GPU) lookAll(c *Config) {
 
 // lookAt brings what is remembered of e's processes up to date from one
 // look at its API and at the host's processes, and returns it with the
-// process table it was read from (nil if the processes could not be
-// read).
-func (g *GPU) lookAt(ctx context.Context, c *Config, e LLMEngine, api apiView) (served.Record, *procs.Table) {
+// process table it was read from: nil for an engine not on this host, or
+// with the error that kept the processes from being read (what was
+// remembered is then kept as it was).
+func (g *GPU) lookAt(ctx context.Context, c *Config, e LLMEngine, api apiView) (served.Record, *procs.Table, error) {
 	g.lookMu.Lock()
 	defer g.lookMu.Unlock()
 	prev := g.restoreServed(ctx, c, e)
-	s, t := g.sight(ctx, e, api)
+	s, t, err := g.sight(ctx, e, api)
+	if err != nil {
+		return prev, nil, err
+	}
 	rec := served.Look(prev, s, t, time.Now())
 	if rec.Unseen && rec.Loaded() {
 		rec.CardPIDs = g.cardPIDs(ctx, c, prev.CardPIDs)
@@ -150,7 +154,7 @@ func (g *GPU) lookAt(ctx context.Context, c *Config, e LLMEngine, api apiView) (
 	if !served.Same(prev, rec) {
 		g.saveServed(ctx, c, e, rec)
 	}
-	return rec, t
+	return rec, t, nil
 }
 
 // apiView is what a look asks of an engine's API.
@@ -168,8 +172,8 @@ const (
 
 // sight is one look at e: its API's models and model servers, as api
 // says, and the host's listeners and processes (nil when e is not on
-// this host or they cannot be read).
-func (g *GPU) sight(ctx context.Context, e LLMEngine, api apiView) (served.Sight, *procs.Table) {
+// this host).
+func (g *GPU) sight(ctx context.Context, e LLMEngine, api apiView) (served.Sight, *procs.Table, error) {
 	s := served.Sight{Self: int32(os.Getpid())}
 	var ms engine.ModelServers
 	if k := engine.KindOf(e); k != nil && k.Servers != nil {
@@ -185,18 +189,16 @@ func (g *GPU) sight(ctx context.Context, e LLMEngine, api apiView) (served.Sight
 	}
 	addr, err := netaddr.EngineAddr(e.URL())
 	if err != nil || !addr.Local() {
-		return s, nil
+		return s, nil, nil
 	}
 	ports := append([]int{addr.Port()}, ms.Ports...)
 	ls, err := procs.Listeners(ctx, ports)
 	if err != nil {
-		g.log().Debug("the engine's processes cannot be read", zap.String("engine", e.Name()), zap.Error(err))
-		return s, nil
+		return s, nil, err
 	}
 	t, err := procs.Snapshot(ctx)
 	if err != nil {
-		g.log().Debug("the engine's processes cannot be read", zap.String("engine", e.Name()), zap.Error(err))
-		return s, nil
+		return s, nil, err
 	}
 	s.Local = true
 	s.Listeners = ls[addr.Port()]
@@ -206,7 +208,7 @@ func (g *GPU) sight(ctx context.Context, e LLMEngine, api apiView) (served.Sight
 		}
 	}
 	s.Servers = append(s.Servers, ms.PIDs...)
-	return s, t
+	return s, t, nil
 }
 
 // cardPIDs are the compute processes on the card now, for an engine whose
@@ -282,11 +284,15 @@ func (g *GPU) confirmGone(ctx context.Context, c *Config, e LLMEngine, contact e
 		g.ForgetProcesses("a hold with force")
 		return nil
 	}
-	var left []procs.Proc
-	var why string
 	logged := false
 	for pace := poll.New(c.UnloadPoll); ; {
-		left, why = g.leftOf(ctx, c, e, refused)
+		left, why := g.leftOf(ctx, c, e, refused)
+		if ctx.Err() != nil {
+			if why == "" {
+				why = "unload_timeout passed before its processes could be seen gone"
+			}
+			return notEmptied(e, why)
+		}
 		g.setLeft(e, left, why)
 		if why == "" {
 			if refused {
@@ -299,27 +305,39 @@ func (g *GPU) confirmGone(ctx context.Context, c *Config, e LLMEngine, contact e
 			g.log().Warn(e.Name()+" is not empty yet: "+why, zap.String("processes", procList(left)))
 		}
 		if pace.Wait(ctx) != nil {
-			return fmt.Errorf("%s %w: %s (the image job or hold that waited for it was refused; once they exit, retry; DELETE /gpu_turnstile/job?force=1 forgets them)", e.Name(), ErrNotEmptied, why)
+			return notEmptied(e, why)
 		}
 	}
 }
 
+// notEmptied is the error of an engine whose processes keep it from
+// counting as emptied.
+func notEmptied(e Engine, why string) error {
+	return fmt.Errorf("%s %w: %s (once they exit, retry; DELETE /gpu_turnstile/job?force=1 forgets them)", e.Name(), ErrNotEmptied, why)
+}
+
 // leftOf is what keeps e from counting as empty now: the processes that
-// served its models and are alive, and why ("" when nothing does).
+// served its models and are alive, and why ("" when nothing does). A
+// look that could not read the processes shows nothing gone.
 func (g *GPU) leftOf(ctx context.Context, c *Config, e LLMEngine, refused bool) ([]procs.Proc, string) {
 	api := confirmedEmpty
 	if refused {
 		api = askServers
 	}
-	rec, t := g.lookAt(ctx, c, e, api)
+	rec, t, err := g.lookAt(ctx, c, e, api)
 	switch {
+	case err != nil && ctx.Err() != nil:
+		return g.leftNow(e) // cut short: what the last look found stands
+	case err != nil:
+		left, _ := g.leftNow(e)
+		return left, "its processes could not be read: " + err.Error()
 	case refused && rec.Unseen && rec.Loaded():
 		if g.cardShowsGone(ctx, c, rec) {
 			return nil, ""
 		}
 		return nil, "it refuses connections, it had models loaded, and its processes cannot be seen from here (another user's, another container or host): only a card reading (vram_probe nvidia-smi) that no longer lists its compute processes shows them gone"
 	case t == nil:
-		return nil, ""
+		return nil, "" // on another host: its API is the evidence
 	case refused:
 		if left := served.LeftRefused(rec, t); len(left) > 0 {
 			return left, "it refuses connections, but what served its models is alive: " + procList(left)
@@ -330,6 +348,14 @@ func (g *GPU) leftOf(ctx context.Context, c *Config, e LLMEngine, refused bool) 
 		}
 	}
 	return nil, ""
+}
+
+// leftNow is what the status shows as left of e, and why.
+func (g *GPU) leftNow(e Engine) ([]procs.Proc, string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r := g.runLocked(e.Name())
+	return r.left, r.waitWhy
 }
 
 // cardShowsGone reports whether the card no longer lists any of the

@@ -106,7 +106,7 @@ func (g *GPU) emptyLLM(ctx context.Context, c *Config, e LLMEngine, abnormal tim
 	})
 	// What runs its models now is remembered before the unload, which
 	// may answer while a wrapper's child still holds one.
-	g.lookAt(ctx, c, e, askServers)
+	g.lookAt(ctx, c, e, askServers) // a failed look keeps what was remembered
 	var names, kept []string
 	var contact, err error
 	if k, ok := e.(Keeper); ok && keep != nil && abnormal.IsZero() {

@@ -73,11 +73,13 @@ func Look(prev Record, s Sight, t *procs.Table, now time.Time) Record {
 		return rec
 	}
 	keep := newSet(s.Self)
+	mine := ancestry(t, s.Self)
 	for _, pid := range s.Listeners {
 		switch p, ok := t.Get(pid); {
-		case pid <= 0 || pid == s.Self:
-			// Another user's, or an engine reached through this very
-			// server: what runs its models cannot be seen from here.
+		case pid <= 0 || mine[pid]:
+			// Another user's; or this very server, or a process it runs
+			// under (a test harness), whose descendants are not an
+			// engine's: what runs its models cannot be seen from here.
 			rec.Unseen = !s.Complete
 		case ok && rec.Engine == nil:
 			rec.Engine = &p
@@ -130,6 +132,15 @@ func LeftRefused(rec Record, t *procs.Table) []procs.Proc {
 		left = append([]procs.Proc{*rec.Engine}, left...)
 	}
 	return left
+}
+
+// ancestry is self and the processes it descends from, in t.
+func ancestry(t *procs.Table, self int32) map[int32]bool {
+	mine := map[int32]bool{self: true}
+	for p, ok := t.Get(self); ok && p.PPID > 0 && !mine[p.PPID]; p, ok = t.Get(p.PPID) {
+		mine[p.PPID] = true
+	}
+	return mine
 }
 
 func ids(ps []procs.Proc) []procs.ID {
