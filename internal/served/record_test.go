@@ -92,7 +92,7 @@ func TestUnseen(t *testing.T) {
 	for name, s := range map[string]Sight{
 		"another user's listener": {Local: true, Listeners: []int32{0}, Self: 1},
 		"through this server":     {Local: true, Listeners: []int32{1}, Self: 1},
-		"a process it runs under":  {Local: true, Listeners: []int32{10}, Self: 21},
+		"a process it runs under": {Local: true, Listeners: []int32{10}, Self: 21},
 		"another host":            {Self: 1},
 		"an unseen model server":  {Local: true, Listeners: []int32{10}, Servers: []int32{0}, Self: 1},
 	} {
