@@ -94,6 +94,12 @@ func Look(prev Record, s Sight, t *procs.Table, now time.Time) Record {
 		keep.skip(prev.Engine.ID)
 		keep.addAll(t.Descendants(prev.Engine.PID))
 	}
+	if rec.Engine != nil {
+		keep.addAll(ownedBy(t, *rec.Engine, mine))
+	} else if prev.Engine != nil {
+		// Gone: what it ran is still marked as its own.
+		keep.addAll(ownedBy(t, *prev.Engine, mine))
+	}
 	for _, pid := range s.Servers {
 		if pid <= 0 {
 			rec.Unseen = true
@@ -132,6 +138,25 @@ func LeftRefused(rec Record, t *procs.Table) []procs.Proc {
 		left = append([]procs.Proc{*rec.Engine}, left...)
 	}
 	return left
+}
+
+// ownedBy lists the processes of the session eng leads, however they were
+// re-parented: an engine run as a service (systemd, a container's init,
+// setsid) leads a session of its own, and its model servers keep it in
+// process groups of their own. A session this process (mine) is in is
+// not the engine's alone. (A cgroup is no such mark: a container's port
+// proxy shares its daemon's.)
+func ownedBy(t *procs.Table, eng procs.Proc, mine map[int32]bool) []procs.Proc {
+	if eng.Session != eng.PID {
+		return nil
+	}
+	own := t.InSession(eng.Session)
+	for _, p := range own {
+		if mine[p.PID] {
+			return nil
+		}
+	}
+	return own
 }
 
 // ancestry is self and the processes it descends from, in t.

@@ -129,3 +129,25 @@ func TestSame(t *testing.T) {
 		t.Fatal("a model loaded is no change")
 	}
 }
+
+// An engine that leads its session (a service's) owns what runs in it,
+// however re-parented: a model server started after the last look, whose
+// engine died before the next, is still found.
+func TestTheEnginesSessionIsItsOwn(t *testing.T) {
+	caddy := procs.Proc{ID: procs.ID{PID: 1, Start: 1}, Name: "caddy", Session: 1}
+	eng := procs.Proc{ID: procs.ID{PID: 10, Start: 1010}, PPID: 1, Name: "llama-swap", Session: 10}
+	rec := Look(Record{}, Sight{Local: true, Listeners: []int32{10}, Self: 1},
+		procs.NewTable([]procs.Proc{caddy, eng}), now)
+	late := procs.Proc{ID: procs.ID{PID: 40, Start: 1040}, PPID: 1, Name: "llama-server", Session: 10}
+	after := procs.NewTable([]procs.Proc{caddy, late})
+	rec = Look(rec, Sight{Local: true, Self: 1}, after, now)
+	if left := LeftRefused(rec, after); !slices.Equal(pids(left), []int32{40}) {
+		t.Fatalf("left %v; want the model server of its session", pids(left))
+	}
+	// A session this process shares is nobody's own.
+	shared := procs.NewTable([]procs.Proc{{ID: procs.ID{PID: 1, Start: 1}, Session: 10, Name: "caddy"}, eng, late})
+	rec = Look(Record{}, Sight{Local: true, Listeners: []int32{10}, Self: 1}, shared, now)
+	if len(rec.Servers) != 0 {
+		t.Fatalf("servers %v from a session shared with this process", pids(rec.Servers))
+	}
+}
