@@ -122,4 +122,3 @@ func (t *Table) InSession(sid int32) []Proc {
 	slices.SortFunc(in, func(a, b Proc) int { return int(a.PID - b.PID) })
 	return in
 }
-
