@@ -88,6 +88,10 @@ func (c *Turnstile) locateCard() {
 	c.GPU.CardProcesses = func(ctx context.Context) (map[int32]int64, error) {
 		return vram.Processes(ctx, path, index)
 	}
+	c.GPU.CardUsed = func(ctx context.Context) (int64, error) {
+		r, err := vram.Read(ctx, path, index)
+		return r.Total - r.Free, err
+	}
 }
 
 // validateRoutes makes the config's guard against misrouting: a

@@ -70,6 +70,8 @@ type Config struct {
 	// memory each uses (vram_probe nvidia-smi); nil where the card is
 	// not read that way.
 	CardProcesses func(ctx context.Context) (map[int32]int64, error)
+	// CardUsed reads the card's used memory, where CardProcesses is set.
+	CardUsed func(ctx context.Context) (int64, error)
 }
 
 // Metrics receives what the orchestration measures. Every method must be

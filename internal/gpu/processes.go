@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -145,8 +146,9 @@ func (g *GPU) lookAt(ctx context.Context, c *Config, e LLMEngine, api apiView) (
 		return prev, nil, err
 	}
 	rec := served.Look(prev, s, t, time.Now())
-	if rec.Unseen && rec.Loaded() {
-		rec.CardPIDs = g.cardPIDs(ctx, c, prev.CardPIDs)
+	if rec.Unseen && s.Answered && len(rec.Models) > 0 {
+		// What the card shows while it has models; not once it is gone.
+		g.readCard(ctx, c, &rec)
 	}
 	g.mu.Lock()
 	g.runLocked(e.Name()).served = rec
@@ -211,24 +213,78 @@ func (g *GPU) sight(ctx context.Context, e LLMEngine, api apiView) (served.Sight
 	return s, t, nil
 }
 
-// cardPIDs are the compute processes on the card now, for an engine whose
-// own processes cannot be seen while it has models: once none of them is
-// listed, the card shows its models gone. Without a card reading, or if
-// it fails, those of the last reading are kept.
-func (g *GPU) cardPIDs(ctx context.Context, c *Config, prev []int32) []int32 {
-	if c.CardProcesses == nil {
-		return prev
+// readCard notes what the card shows now of an engine whose own
+// processes cannot be seen while it has models: its compute processes
+// (once none of them is listed, its models are gone), and its used
+// memory with the footprints learned of those models (used memory down by
+// them shows it too). Without a card reading, or if it fails, those of
+// the last reading are kept.
+func (g *GPU) readCard(ctx context.Context, c *Config, rec *served.Record) {
+	if c.CardProcesses != nil {
+		if on, err := c.CardProcesses(ctx); err == nil {
+			for pid := range g.imageProcesses(ctx, c) {
+				delete(on, pid)
+			}
+			rec.CardPIDs = slices.Sorted(maps.Keys(on))
+		}
 	}
-	on, err := c.CardProcesses(ctx)
+	if c.CardUsed != nil {
+		if used, err := c.CardUsed(ctx); err == nil {
+			rec.CardUsed, rec.Footprint = used, g.footprints(c, rec.Models)
+		}
+	}
+}
+
+// imageProcesses are the processes of the image engines on this host (the
+// listeners of their ports and their descendants), which the card lists
+// beside an LLM engine's and are not its.
+func (g *GPU) imageProcesses(ctx context.Context, c *Config) map[int32]bool {
+	var ports []int
+	for _, e := range c.Images {
+		if a, err := netaddr.EngineAddr(e.URL()); err == nil && a.Local() {
+			ports = append(ports, a.Port())
+		}
+	}
+	own := map[int32]bool{}
+	if len(ports) == 0 {
+		return own
+	}
+	ls, err := procs.Listeners(ctx, ports)
 	if err != nil {
-		return prev
+		return own
 	}
-	pids := make([]int32, 0, len(on))
-	for pid := range on {
-		pids = append(pids, pid)
+	t, err := procs.Snapshot(ctx)
+	if err != nil {
+		return own
 	}
-	slices.Sort(pids)
-	return pids
+	for _, pids := range ls {
+		for _, pid := range pids {
+			for _, p := range t.Tree(pid) {
+				own[p.PID] = true
+			}
+		}
+	}
+	return own
+}
+
+// footprints is the sum of the learned footprints of models (0 when one
+// is unknown, or without vram_admission).
+func (g *GPU) footprints(c *Config, models []string) int64 {
+	if c.Memory == nil {
+		return 0
+	}
+	lc := c.Memory.rules()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var sum int64
+	for _, m := range models {
+		fp, ok := g.mem.ledger.FootprintOf(lc, modelKey(m))
+		if !ok || fp.Bytes <= 0 {
+			return 0
+		}
+		sum += fp.Bytes
+	}
+	return sum
 }
 
 // restoreServed is what is remembered of e's processes, read from the
@@ -358,22 +414,21 @@ func (g *GPU) leftNow(e Engine) ([]procs.Proc, string) {
 	return r.left, r.waitWhy
 }
 
-// cardShowsGone reports whether the card no longer lists any of the
-// compute processes seen while rec's engine had models.
+// cardShowsGone reports whether the card shows rec's engine's models gone:
+// none of the compute processes seen while it had models is listed, or
+// its used memory is down by their footprints.
 func (g *GPU) cardShowsGone(ctx context.Context, c *Config, rec served.Record) bool {
-	if c.CardProcesses == nil || len(rec.CardPIDs) == 0 {
-		return false
-	}
-	on, err := c.CardProcesses(ctx)
-	if err != nil {
-		return false
-	}
-	for _, pid := range rec.CardPIDs {
-		if _, ok := on[pid]; ok {
-			return false
+	if c.CardProcesses != nil && len(rec.CardPIDs) > 0 {
+		if on, err := c.CardProcesses(ctx); err == nil && !slices.ContainsFunc(rec.CardPIDs, func(pid int32) bool { _, ok := on[pid]; return ok }) {
+			return true
 		}
 	}
-	return true
+	if c.CardUsed != nil && rec.Footprint > 0 && rec.CardUsed > 0 {
+		if used, err := c.CardUsed(ctx); err == nil && used <= rec.CardUsed-rec.Footprint {
+			return true
+		}
+	}
+	return false
 }
 
 // setLeft records what is left of e's processes, and why it waits, for

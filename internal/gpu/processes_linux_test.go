@@ -38,13 +38,20 @@ func newServedLLM() *servedLLM {
 	return e
 }
 
-func (e *servedLLM) Kind() string                             { return "served" }
-func (e *servedLLM) Name() string                             { return "served" }
-func (e *servedLLM) URL() string                              { return "http://127.0.0.1:9" }
-func (e *servedLLM) Descriptor() *engine.Kind                 { return e.kind }
-func (e *servedLLM) Warm(context.Context, string) error       { return engine.ErrNoWarm }
-func (e *servedLLM) UnloadSoon(context.Context) (int, error)  { return 0, nil }
-func (e *servedLLM) Loaded(context.Context) ([]string, error) { return nil, nil }
+func (e *servedLLM) Kind() string                            { return "served" }
+func (e *servedLLM) Name() string                            { return "served" }
+func (e *servedLLM) URL() string                             { return "http://127.0.0.1:9" }
+func (e *servedLLM) Descriptor() *engine.Kind                { return e.kind }
+func (e *servedLLM) Warm(context.Context, string) error      { return engine.ErrNoWarm }
+func (e *servedLLM) UnloadSoon(context.Context) (int, error) { return 0, nil }
+func (e *servedLLM) Loaded(context.Context) ([]string, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.refuses {
+		return nil, fmt.Errorf("dial tcp 127.0.0.1:9: %w", syscall.ECONNREFUSED)
+	}
+	return []string{"m"}, nil
+}
 
 // Empty answers empty, or refuses connections: either way its API has
 // nothing more to say.

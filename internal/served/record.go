@@ -25,6 +25,12 @@ type Record struct {
 	// CardPIDs are the compute processes the card listed while an Unseen
 	// engine had models: once none is listed, the card shows them gone.
 	CardPIDs []int32 `json:"card_pids,omitempty"`
+	// CardUsed is the card's used memory, and Footprint the learned
+	// footprints of Models, at the last look while an Unseen engine had
+	// models: used memory down by Footprint shows them gone too, where
+	// the card lists no process (a container).
+	CardUsed  int64 `json:"card_used,omitempty"`
+	Footprint int64 `json:"footprint,omitempty"`
 	// At is when the record was last brought up to date.
 	At time.Time `json:"at"`
 }
@@ -63,7 +69,7 @@ type Sight struct {
 // remembered that are still alive, with their descendants, and the
 // listener's descendants and the kind's model servers found now.
 func Look(prev Record, s Sight, t *procs.Table, now time.Time) Record {
-	rec := Record{At: now, Models: prev.Models, CardPIDs: prev.CardPIDs}
+	rec := Record{At: now, Models: prev.Models, CardPIDs: prev.CardPIDs, CardUsed: prev.CardUsed, Footprint: prev.Footprint}
 	if s.Answered {
 		rec.Models = slices.Clone(s.Models)
 	}
