@@ -137,4 +137,3 @@ func TestChargeReusedPIDIsAnotherProcess(t *testing.T) {
 	}
 	live.Release("done")
 }
-
