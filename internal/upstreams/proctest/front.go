@@ -221,7 +221,9 @@ func (f *Front) current() *frontRun {
 
 // URL is the front's base URL, http://127.0.0.1:PORT; it stays the same
 // across Restart.
-func (f *Front) URL() string { return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(f.Port())) }
+func (f *Front) URL() string {
+	return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(f.Port()))
+}
 
 // Port is the port the front listens on.
 func (f *Front) Port() int {
