@@ -276,6 +276,14 @@ func (f *Front) Restart() {
 	}
 }
 
+// SetBackend changes where the fronts started from now on (Restart)
+// forward: a restarted engine is a fresh one.
+func (f *Front) SetBackend(backend string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.backend = backend
+}
+
 // onCleanup adds what the test's cleanup ends.
 func (f *Front) onCleanup(kill func()) {
 	f.mu.Lock()
