@@ -56,6 +56,9 @@ type GPU struct {
 	procs       map[int]*proc // the charges by process id
 	overCommits []string      // every moment used exceeded total
 	smi         smiState      // FakeSMI's files and failure modes
+
+	charges  map[*Charge]bool // the charges held by processes' lives (ChargeProcess)
+	watching bool             // watchCharges runs
 }
 
 // proc is one process's charge on the card, as nvidia-smi lists it.
@@ -135,15 +138,12 @@ func (g *GPU) occupy(service, what string, pid int, bytes int64, unbidden bool) 
 		panic(fmt.Sprintf("gputest: %s %q occupies %d bytes", service, what, bytes))
 	}
 	g.mu.Lock()
+	g.reapLocked()
 	overlaps, overCommits := len(g.overlaps), len(g.overCommits)
 	g.users[service]++
 	g.chargeLocked(pid, "", bytes)
 	g.record(service, what)
-	for other, n := range g.users {
-		if !g.share(service, other) && n > 0 {
-			g.overlaps = append(g.overlaps, fmt.Sprintf("%s %q while %s held %d", service, what, other, n))
-		}
-	}
+	g.overlapLocked(service, what)
 	g.overCommitLocked(service, what)
 	if unbidden {
 		g.unbidden = append(g.unbidden, g.overlaps[overlaps:]...)
@@ -160,6 +160,16 @@ func (g *GPU) occupy(service, what string, pid int, bytes int64, unbidden bool) 
 			g.record(service, why)
 			g.mu.Unlock()
 		})
+	}
+}
+
+// overlapLocked records an overlap with every service outside service's
+// group that occupies the card now; g.mu is held.
+func (g *GPU) overlapLocked(service, what string) {
+	for other, n := range g.users {
+		if !g.share(service, other) && n > 0 {
+			g.overlaps = append(g.overlaps, fmt.Sprintf("%s %q while %s held %d", service, what, other, n))
+		}
 	}
 }
 
@@ -190,6 +200,7 @@ func (g *GPU) record(service, what string) {
 func (g *GPU) Users(service string) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.reapLocked()
 	return g.users[service]
 }
 

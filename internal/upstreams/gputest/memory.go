@@ -11,6 +11,7 @@ import (
 func (g *GPU) SetMemory(total int64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.reapLocked()
 	g.total = total
 	g.overCommitLocked("gpu", fmt.Sprintf("size set to %s", mib(total)))
 	g.writeSMILocked()
@@ -26,6 +27,7 @@ func (g *GPU) Foreign(name string, pid int, bytes int64) (release func()) {
 		panic(fmt.Sprintf("gputest: foreign %q uses %d bytes", name, bytes))
 	}
 	g.mu.Lock()
+	g.reapLocked()
 	g.chargeLocked(pid, name, bytes)
 	g.record("foreign", fmt.Sprintf("%s (pid %d) takes %s", name, pid, mib(bytes)))
 	g.overCommitLocked("foreign", name)
@@ -53,6 +55,7 @@ func (g *GPU) Total() int64 {
 func (g *GPU) Used() int64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.reapLocked()
 	return g.used
 }
 
@@ -61,6 +64,7 @@ func (g *GPU) Used() int64 {
 func (g *GPU) Free() int64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.reapLocked()
 	return g.freeLocked()
 }
 

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/proctest"
 )
 
 // The states of a process, as llama-swap names them.
@@ -31,10 +33,11 @@ type process struct {
 
 	mu      sync.Mutex
 	state   string
-	settled chan struct{} // closed when the start or stop under way ends; nil when none is
-	abort   chan struct{} // closed to abort the start under way
-	cut     chan struct{} // closed at SIGTERM; nil while no command runs
-	release func(string)  // the command's GPU occupancy
+	settled chan struct{}   // closed when the start or stop under way ends; nil when none is
+	abort   chan struct{}   // closed to abort the start under way
+	cut     chan struct{}   // closed at SIGTERM; nil while no command runs
+	release func(string)    // the command's GPU occupancy
+	child   *proctest.Child // the command's process (Options.Processes); nil without
 }
 
 // start is one run of the command up to its health check.
@@ -51,10 +54,16 @@ func (p *process) State() string {
 }
 
 func (p *process) cmd() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	return fmt.Sprintf("llama-server --port %d -m /models/%s.gguf", p.port, p.model)
 }
 
-func (p *process) proxy() string { return fmt.Sprintf("http://127.0.0.1:%d", p.port) }
+func (p *process) proxy() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return fmt.Sprintf("http://127.0.0.1:%d", p.port)
+}
 
 // ensureReady is llama-swap's EnsureReady: ready returns at once; stopped
 // starts the command and waits for its health check; a start or stop under
@@ -90,10 +99,15 @@ func (p *process) ensureReady(ctx context.Context) error {
 // startLocked runs the command: it holds memory from this moment.
 func (p *process) startLocked() *start {
 	p.s.starts.Add(1)
+	st := &start{done: make(chan struct{})}
+	if err := p.runLocked(); err != nil {
+		p.s.gpu.Mark(service, "start failed "+p.model+": "+err.Error())
+		st.err = err
+		close(st.done)
+		return st
+	}
 	p.state = stateStarting
 	p.settled, p.abort, p.cut = make(chan struct{}), make(chan struct{}), make(chan struct{})
-	p.release = p.s.gpu.OccupyBytes(service, "load "+p.model, p.s.opts.ModelBytes)
-	st := &start{done: make(chan struct{})}
 	settled, abort := p.settled, p.abort
 	go func() {
 		defer close(st.done)
@@ -158,13 +172,16 @@ func (p *process) stop() {
 	p.exit("exit "+p.model, settled)
 }
 
-// exit waits StopDelay, the time the command takes to exit after SIGTERM,
-// then frees its memory and settles the process as stopped.
+// exit sends the command SIGTERM and waits for its exit (StopDelay), then
+// frees its memory and settles the process as stopped.
 func (p *process) exit(why string, settled chan struct{}) {
-	time.Sleep(p.s.opts.StopDelay)
+	p.mu.Lock()
+	child := p.child
+	p.mu.Unlock()
+	p.terminate(child)
 	p.mu.Lock()
 	p.state = stateStopped
-	p.settled, p.cut = nil, nil
+	p.settled, p.cut, p.child = nil, nil, nil
 	release := p.release
 	p.release = nil
 	p.mu.Unlock()

@@ -39,6 +39,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/fakeserver"
@@ -73,6 +74,26 @@ type Options struct {
 	// APIKey, if set, is the config's apiKeys: /running and the unload
 	// routes then answer 401 without it (see auth.go).
 	APIKey string
+
+	// Processes, if set, makes the fake's processes real (see
+	// life.go): llama-swap is a front process on the fake's port, and
+	// each model's server its child, in a process group of its own,
+	// listening on the port /running gives as its proxy and charged to
+	// the GPU for as long as it lives. The test's cleanup ends them all.
+	// Nil: everything runs in the test process.
+	Processes testing.TB
+	// Setsid starts the front in a session of its own, as a systemd
+	// service's llama-swap (with Processes).
+	Setsid bool
+	// DrainLimit bounds Terminate's drain of the requests in flight.
+	// Default 30s, llama-swap's.
+	DrainLimit time.Duration
+	// Wrapper starts each model's server through a shell, as a cmd that
+	// is a script does (with Processes): the unload answers once the
+	// shell has exited, while its child, which holds the model, lives on
+	// Linger more.
+	Wrapper bool
+	Linger  time.Duration
 }
 
 // Server is a running fake llama-swap.
@@ -96,10 +117,21 @@ type Server struct {
 	starts   atomic.Int64
 	unloads  atomic.Int64
 	chats    fakeserver.Gate
+
+	life *life // with Options.Processes: the front, and this llama-swap's life
 }
 
 // NewServer starts a fake llama-swap on a loopback port.
 func NewServer(gpu *gputest.GPU, opts Options) *Server {
+	s := newServer(gpu, opts)
+	if opts.Processes != nil {
+		s.startFront(opts.Processes)
+	}
+	return s
+}
+
+// newServer starts the in-process side of a fake llama-swap.
+func newServer(gpu *gputest.GPU, opts Options) *Server {
 	if len(opts.Models) == 0 {
 		opts.Models = []string{"qwen3-8b", "gemma-3-4b"}
 	}
@@ -123,11 +155,32 @@ func NewServer(gpu *gputest.GPU, opts Options) *Server {
 	return s
 }
 
-// URL returns the fake's base URL.
-func (s *Server) URL() string { return s.srv.URL() }
+// URL returns the fake's base URL: its front's with Options.Processes.
+func (s *Server) URL() string {
+	if s.life != nil {
+		return s.life.front.URL()
+	}
+	return s.srv.URL()
+}
 
-// Close shuts the fake down and ends its processes.
+// Close shuts the fake down and ends its processes; with
+// Options.Processes, those of every llama-swap it ran that still runs
+// (the test's cleanup kills the rest).
 func (s *Server) Close() {
+	if s.life == nil {
+		s.close()
+		return
+	}
+	s.life.mu.Lock()
+	all := s.life.all
+	s.life.mu.Unlock()
+	for _, l := range all {
+		l.close()
+	}
+}
+
+// close shuts one llama-swap down.
+func (s *Server) close() {
 	s.srv.Cut()
 	var wg sync.WaitGroup
 	for _, p := range s.procs {
@@ -138,18 +191,18 @@ func (s *Server) Close() {
 
 // Requests counts the requests that arrived on model routes and on
 // /upstream/, whatever became of them.
-func (s *Server) Requests() int64 { return s.requests.Load() }
+func (s *Server) Requests() int64 { return s.current().requests.Load() }
 
 // Starts counts process starts (commands run).
-func (s *Server) Starts() int64 { return s.starts.Load() }
+func (s *Server) Starts() int64 { return s.current().starts.Load() }
 
 // Unloads counts the calls of the three unload routes.
-func (s *Server) Unloads() int64 { return s.unloads.Load() }
+func (s *Server) Unloads() int64 { return s.current().unloads.Load() }
 
 // State returns a model's process state: "stopped", "starting", "ready"
 // or "stopping"; "" for a model that is not configured.
 func (s *Server) State(model string) string {
-	p := s.procs[model]
+	p := s.current().procs[model]
 	if p == nil {
 		return ""
 	}
@@ -158,7 +211,7 @@ func (s *Server) State(model string) string {
 
 // HoldChats makes every generation wait, after its first token, until the
 // returned function is called.
-func (s *Server) HoldChats() (resume func()) { return s.chats.Hold() }
+func (s *Server) HoldChats() (resume func()) { return s.current().chats.Hold() }
 
 // modelPostRoutes are llama-swap's model-routed POST routes (JSON body,
 // or a form for the audio transcription and image edit routes).
