@@ -129,8 +129,9 @@ type GPU struct {
 
 	// lookKick asks the process loop for a look at the LLM engines
 	// (processes.go); lookMu makes one look at a time.
-	lookKick chan struct{}
-	lookMu   sync.Mutex
+	lookKick    chan struct{}
+	lookMu      sync.Mutex
+	listenCache map[string]*listenerCache // by engine name, under lookMu
 
 	mu sync.Mutex // the owner of state: a leaf (state.go)
 	state

@@ -82,11 +82,13 @@ func (g *GPU) processLoop() {
 }
 
 // awaitLook waits for the next look to be due: an admission asked for
-// one, or unload_poll_interval passed while an engine has models loaded.
-// It is false once the GPU is closed.
+// one, or unload_poll_interval passed while an engine has models loaded
+// or LLM requests are in flight (a model may be loading: the look that
+// an admission asked for may come before the engine has started it). It
+// is false once the GPU is closed.
 func (g *GPU) awaitLook() bool {
 	var tick <-chan time.Time
-	if c := g.cfg(); c != nil && g.anyLoaded(c) {
+	if c := g.cfg(); c != nil && (g.lock.Snapshot().Shared > 0 || g.anyLoaded(c)) {
 		t := time.NewTimer(c.UnloadPoll)
 		defer t.Stop()
 		tick = t.C
@@ -193,12 +195,12 @@ func (g *GPU) sight(ctx context.Context, e LLMEngine, api apiView) (served.Sight
 	if err != nil || !addr.Local() {
 		return s, nil, nil
 	}
-	ports := append([]int{addr.Port()}, ms.Ports...)
-	ls, err := procs.Listeners(ctx, ports)
+	t, err := procs.Snapshot(ctx)
 	if err != nil {
 		return s, nil, err
 	}
-	t, err := procs.Snapshot(ctx)
+	ports := append([]int{addr.Port()}, ms.Ports...)
+	ls, err := g.listenerCacheOf(e.Name()).listeners(ctx, t, ports, time.Now())
 	if err != nil {
 		return s, nil, err
 	}
