@@ -61,7 +61,7 @@ func (f *Front) Spawn(o ChildOptions) (*Child, error) {
 	}
 	f.onCleanup(func() {
 		signalChild(c.pid, c.setpgid, syscall.SIGKILL)
-		syscall.Kill(c.holder, syscall.SIGKILL)
+		signalChild(c.holder, false, syscall.SIGKILL)
 	})
 	return c, nil
 }
@@ -105,7 +105,7 @@ func (c *Child) Stop() error {
 // Setpgid) and to the holder, and returns once both have exited.
 func (c *Child) Kill() {
 	signalChild(c.pid, c.setpgid, syscall.SIGKILL)
-	syscall.Kill(c.holder, syscall.SIGKILL)
+	signalChild(c.holder, false, syscall.SIGKILL)
 	<-c.exited
 	<-c.held
 }

@@ -67,6 +67,9 @@ const startTimeout = 30 * time.Second
 // the children it started, orphaned or not.
 func StartFront(t testing.TB, backend string, opts FrontOptions) *Front {
 	t.Helper()
+	if !supported {
+		t.Skip("proctest: fronts run on Unix systems only")
+	}
 	if opts.DrainLimit <= 0 {
 		opts.DrainLimit = 30 * time.Second
 	}
@@ -99,7 +102,7 @@ func (f *Front) start() error {
 	cmd.Env = roleEnviron(roleFront, spec)
 	cmd.ExtraFiles = []*os.File{life}
 	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: f.opts.Setsid}
+	cmd.SysProcAttr = sessionAttr(f.opts.Setsid)
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return err

@@ -18,28 +18,31 @@ const (
 	specEnv = "PROCTEST_SPEC"
 )
 
-var (
-	lifeOnce sync.Once
-	lifeR    *os.File // given to every front and, through it, to every model server
-	lifeW    *os.File // kept open by the test process alone (close-on-exec), never closed
-	lifeErr  error
-)
+// life is the test binary's life pipe: its read end is given to every
+// front and, through it, to every model server; its write end is kept open
+// by the test process alone (close-on-exec) and never closed, held here
+// so that no finalizer closes it.
+var life struct {
+	once sync.Once
+	r, w *os.File
+	err  error
+}
 
-// lifePipe is the test binary's life pipe: its read end reaches end of
-// file when the test binary exits, however it exits.
+// lifePipe is the read end of the life pipe: it reaches end of file when
+// the test binary exits, however it exits.
 func lifePipe() (*os.File, error) {
-	lifeOnce.Do(func() { lifeR, lifeW, lifeErr = os.Pipe() })
-	return lifeR, lifeErr
+	life.once.Do(func() { life.r, life.w, life.err = os.Pipe() })
+	return life.r, life.err
 }
 
 // exitAtEndOfLife makes this process exit when the test binary has
 // exited.
 func exitAtEndOfLife() {
-	life := os.NewFile(lifeFD, "life")
+	r := os.NewFile(lifeFD, "life")
 	go func() {
 		var b [1]byte
 		for {
-			if _, err := life.Read(b[:]); err != nil {
+			if _, err := r.Read(b[:]); err != nil {
 				os.Exit(0)
 			}
 		}

@@ -65,7 +65,7 @@ func startChild(o ChildOptions) (*spawned, childReport, error) {
 	defer r.Close()
 	cmd.ExtraFiles = []*os.File{os.NewFile(lifeFD, "life"), w}
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: o.Setpgid}
+	cmd.SysProcAttr = groupAttr(o.Setpgid)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		w.Close()
@@ -100,14 +100,6 @@ func (c *spawned) term() { signalChild(c.cmd.Process.Pid, c.setpgid, syscall.SIG
 
 // kill sends SIGKILL the same way.
 func (c *spawned) kill() { signalChild(c.cmd.Process.Pid, c.setpgid, syscall.SIGKILL) }
-
-// signalChild signals pid, or its whole group when it leads one.
-func signalChild(pid int, group bool, sig syscall.Signal) error {
-	if group {
-		return syscall.Kill(-pid, sig)
-	}
-	return syscall.Kill(pid, sig)
-}
 
 // seconds formats d for sleep(1).
 func seconds(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', 3, 64) }
