@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
+
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/procs"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
@@ -186,6 +188,29 @@ func TestAWrappersChildMustExitBeforeTheJob(t *testing.T) {
 	m := swapMix(t, llamaswaptest.Options{Wrapper: true, Linger: 400 * time.Millisecond}, "unload_timeout 10s")
 	m.loadModel(t)
 	promptID(t, m.post(context.Background(), m.sites["comfyui"]+"/prompt", promptBody(20)))
+	m.waitIdle()
+	m.jobStartedAfterExit(t)
+}
+
+// What was seen of llama-swap's model servers is kept in Caddy's storage:
+// after Caddy restarts, a model server orphaned meanwhile is still known,
+// although the new turnstile has never seen it.
+func TestARestartedCaddyRemembersTheOrphan(t *testing.T) {
+	m := swapMix(t, llamaswaptest.Options{}, "unload_timeout 10s")
+	servers := m.loadModel(t)
+	if err := caddy.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	m.swap.Kill()
+	m.load(m.config)
+
+	job := m.postAsync(context.Background(), m.sites["comfyui"]+"/prompt", promptBody(20))
+	st := m.waitStatus("the job waits for the orphan", func(st Status) bool { return len(leftPIDs(st)) > 0 })
+	if !slices.Contains(leftPIDs(st), servers[0].PID) {
+		t.Fatalf("processes_left %v lacks the orphan %d", leftPIDs(st), servers[0].PID)
+	}
+	killAll(servers)
+	promptID(t, <-job)
 	m.waitIdle()
 	m.jobStartedAfterExit(t)
 }
