@@ -21,7 +21,10 @@ func (g *GPU) TryLLM() bool {
 
 // ReleaseLLM gives back a shared place taken by TryLLM, WaitLLM or
 // AcquireShared.
-func (g *GPU) ReleaseLLM() { g.lock.ReleaseShared() }
+func (g *GPU) ReleaseLLM() {
+	g.lock.ReleaseShared()
+	g.kickLook() // what the request loaded is seen
+}
 
 // llmWait is how long an LLM request that found the GPU busy waits for
 // it: wait (llm_wait_timeout); in reject mode none (ok is false: it is

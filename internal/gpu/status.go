@@ -56,6 +56,10 @@ type EngineStatus struct {
 	// emptied, asleep, waking or cannot_empty (LLM); ready, running,
 	// freeing or freed (image).
 	State string `json:"state"`
+	// Models are the models an LLM engine was last seen with (its API's
+	// list, read after LLM use and every unload_poll_interval while any
+	// is loaded).
+	Models []string `json:"models,omitempty"`
 	// Processes is how many processes that serve an LLM engine's models
 	// were seen at the last look (its listener aside); ProcessesUnseen
 	// is set when they cannot be seen from here (another user's, another
@@ -171,7 +175,7 @@ func (g *GPU) enginesLocked(c *Config) []EngineStatus {
 		r := g.runLocked(e.Name())
 		out = append(out, EngineStatus{Name: e.Name(), Kind: e.Kind(), Class: class, URL: RedactURL(e.URL()),
 			Reachable: reach, State: r.state.String(), ProcessesLeft: r.processesLeft(), Waiting: r.waitWhy,
-			Processes: len(r.served.Servers), ProcessesUnseen: r.served.Unseen})
+			Models: r.served.Models, Processes: len(r.served.Servers), ProcessesUnseen: r.served.Unseen})
 	}
 	for _, e := range c.LLMs {
 		add(e, "llm", g.runLocked(e.Name()).up.get())

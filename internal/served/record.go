@@ -80,6 +80,11 @@ func Look(prev Record, s Sight, t *procs.Table, now time.Time) Record {
 	}
 	keep := newSet(s.Self)
 	mine := ancestry(t, s.Self)
+	if len(s.Listeners) == 0 {
+		// Nobody listens: nothing says whether what it ran can be seen
+		// now, so what was said last stands.
+		rec.Unseen = prev.Unseen && !s.Complete
+	}
 	for _, pid := range s.Listeners {
 		switch p, ok := t.Get(pid); {
 		case pid <= 0 || mine[pid]:

@@ -151,3 +151,17 @@ func TestTheEnginesSessionIsItsOwn(t *testing.T) {
 		t.Fatalf("servers %v from a session shared with this process", pids(rec.Servers))
 	}
 }
+
+// An engine whose listener could not be seen stays unseen once it no
+// longer listens: its going proves nothing of what it ran.
+func TestUnseenStaysUnseenOnceNobodyListens(t *testing.T) {
+	rec := Look(Record{}, Sight{Local: true, Listeners: []int32{0}, Self: 1, Answered: true, Models: []string{"m"}}, swapTable(), now)
+	rec = Look(rec, Sight{Local: true, Self: 1}, swapTable(), now)
+	if !rec.Unseen || !rec.Loaded() {
+		t.Fatalf("after its port closed: unseen %v, loaded %v", rec.Unseen, rec.Loaded())
+	}
+	rec = Look(rec, Sight{Local: true, Listeners: []int32{10}, Self: 1}, swapTable(), now)
+	if rec.Unseen {
+		t.Fatal("still unseen once its listener is seen")
+	}
+}
