@@ -88,4 +88,3 @@ func closed(ch <-chan struct{}) bool {
 		return false
 	}
 }
-
