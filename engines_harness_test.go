@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/certmagic"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/kinds"
@@ -28,8 +29,9 @@ import (
 // image engine fails the test.
 type mix struct {
 	*harness
-	sites map[string]string      // engine kind -> Caddy's URL in front of it
-	fakes map[string]engine.Fake // engine kind -> its fake
+	config string                 // the Caddyfile loaded
+	sites  map[string]string      // engine kind -> Caddy's URL in front of it
+	fakes  map[string]engine.Fake // engine kind -> its fake
 
 	ollama   *ollamatest.Server
 	llamacpp *llamacpptest.Server
@@ -98,7 +100,9 @@ func newMix(t *testing.T, opts mixOptions) *mix {
 	if opts.logFile != "" {
 		logs = fmt.Sprintf("log {\n\t\toutput file %s\n\t\tlevel DEBUG\n\t}", opts.logFile)
 	}
-	h.load(fmt.Sprintf(`{
+	// Each test its own storage, as newHarness gives it.
+	caddy.DefaultStorage = &certmagic.FileStorage{Path: t.TempDir()}
+	m.config = fmt.Sprintf(`{
 	admin 127.0.0.1:%d
 	persist_config off
 	auto_https off
@@ -111,7 +115,8 @@ func newMix(t *testing.T, opts mixOptions) *mix {
 		%s
 	}
 }
-%s`, h.ports[2], logs, strings.Join(engines, "\n\t\t"), opts.settings, strings.Join(sites, "\n")))
+%s`, h.ports[2], logs, strings.Join(engines, "\n\t\t"), opts.settings, strings.Join(sites, "\n"))
+	h.load(m.config)
 	t.Cleanup(func() {
 		if err := caddy.Stop(); err != nil {
 			t.Errorf("stopping caddy: %v", err)

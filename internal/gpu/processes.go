@@ -152,10 +152,12 @@ func (g *GPU) lookAt(ctx context.Context, c *Config, e LLMEngine, api apiView) (
 		// What the card shows while it has models; not once it is gone.
 		g.readCard(ctx, c, &rec)
 	}
-	g.mu.Lock()
-	g.runLocked(e.Name()).served = rec
-	g.mu.Unlock()
-	if !served.Same(prev, rec) {
+	if served.Same(prev, rec) {
+		g.mu.Lock()
+		g.runLocked(e.Name()).served = rec
+		g.mu.Unlock()
+	} else {
+		g.withRun(e, func(r *engineRun) { r.served = rec }) // the status shows it
 		g.saveServed(ctx, c, e, rec)
 	}
 	return rec, t, nil

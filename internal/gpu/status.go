@@ -56,6 +56,12 @@ type EngineStatus struct {
 	// emptied, asleep, waking or cannot_empty (LLM); ready, running,
 	// freeing or freed (image).
 	State string `json:"state"`
+	// Processes is how many processes that serve an LLM engine's models
+	// were seen at the last look (its listener aside); ProcessesUnseen
+	// is set when they cannot be seen from here (another user's, another
+	// container or host).
+	Processes       int  `json:"processes,omitempty"`
+	ProcessesUnseen bool `json:"processes_unseen,omitempty"`
 	// ProcessesLeft are an LLM engine's processes still alive that keep it
 	// from counting as emptied, and Waiting says why.
 	ProcessesLeft []ProcessLeft `json:"processes_left,omitempty"`
@@ -164,7 +170,8 @@ func (g *GPU) enginesLocked(c *Config) []EngineStatus {
 	add := func(e Engine, class string, reach *bool) {
 		r := g.runLocked(e.Name())
 		out = append(out, EngineStatus{Name: e.Name(), Kind: e.Kind(), Class: class, URL: RedactURL(e.URL()),
-			Reachable: reach, State: r.state.String(), ProcessesLeft: r.processesLeft(), Waiting: r.waitWhy})
+			Reachable: reach, State: r.state.String(), ProcessesLeft: r.processesLeft(), Waiting: r.waitWhy,
+			Processes: len(r.served.Servers), ProcessesUnseen: r.served.Unseen})
 	}
 	for _, e := range c.LLMs {
 		add(e, "llm", g.runLocked(e.Name()).up.get())
