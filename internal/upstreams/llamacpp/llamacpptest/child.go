@@ -89,7 +89,7 @@ func (s *Server) runChild(c *child) {
 		return
 	}
 	select {
-	case <-time.After(s.opts.LoadDelay):
+	case <-time.After(s.loadDelay(id)):
 	case <-c.stopping:
 		c.kill()
 		s.exit(c, exitFailure, "killed while loading "+id)

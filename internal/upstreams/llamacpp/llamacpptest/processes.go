@@ -16,10 +16,10 @@ import (
 // exited, as the router sees its stdout close.
 
 // spawnProcess has the router's front start m's child, loading from now
-// on for LoadDelay; s.mu is held.
+// on for its load delay; s.mu is held.
 func (s *Server) spawnProcess(id string, port int) (*proctest.Child, error) {
 	return s.life.front.Spawn(proctest.ChildOptions{
-		ExitOnStdinEOF: true, LoadFor: s.opts.LoadDelay,
+		ExitOnStdinEOF: true, LoadFor: s.loadDelay(id),
 		Args: []string{"llama-server", "--host", "127.0.0.1", "--port", fmt.Sprint(port), "--alias", id, "--model", modelPath(id)},
 	})
 }

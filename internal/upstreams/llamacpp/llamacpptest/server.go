@@ -51,6 +51,9 @@ type Options struct {
 	// LoadDelay is how long a model takes to load: from the child's spawn
 	// to "loaded", and a wake from sleep. Default 30ms.
 	LoadDelay time.Duration
+	// LoadDelays are the load times of some models, where they differ
+	// from LoadDelay (a child's first load; a wake takes LoadDelay).
+	LoadDelays map[string]time.Duration
 	// StopDelay is how long a child takes to exit after an unload has
 	// been answered; its status turns "unloaded" then. Default 30ms
 	// (real children: up to StopTimeout).
@@ -242,6 +245,14 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h(w, r)
+}
+
+// loadDelay is how long model id's child takes to load.
+func (s *Server) loadDelay(id string) time.Duration {
+	if d, ok := s.opts.LoadDelays[id]; ok {
+		return d
+	}
+	return s.opts.LoadDelay
 }
 
 // URL returns the server's base URL: its router process's with
