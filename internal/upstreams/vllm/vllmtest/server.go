@@ -65,7 +65,8 @@ type Options struct {
 	// ModelBytes is what the engine's memory (weights and KV cache)
 	// charges to the simulated GPU while it is on it: from the start
 	// until a level-1 or level-2 sleep, and again from a wake. Default 0.
-	// (A real sleeping vLLM keeps a few GB; the fake keeps nothing.)
+	// (A real sleeping vLLM keeps a few GB; the fake keeps nothing, but
+	// SleepResidue with Processes.)
 	ModelBytes int64
 	// APIKey is --api-key: every /v1 route then answers 401 without it;
 	// /health and the sleep routes stay open (see auth.go).
