@@ -22,6 +22,7 @@ type Charge struct {
 
 	bytes int64 // guarded by g.mu
 	ended bool  // guarded by g.mu
+	idle  bool  // guarded by g.mu: no occupancy (Idle)
 }
 
 // watchPeriod bounds how late the watcher notices an exit where the
@@ -131,7 +132,9 @@ func (g *GPU) endLocked(c *Charge, why string) {
 	c.ended = true
 	delete(g.charges, c)
 	c.watch.close()
-	g.users[c.service]--
+	if !c.idle {
+		g.users[c.service]--
+	}
 	g.chargeLocked(c.pid(), "", -c.bytes)
 	g.record(c.service, why)
 	close(c.done)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/proctest"
 )
 
 // The status values of a router's model (server_model_status).
@@ -52,6 +54,9 @@ type child struct {
 	idle     *time.Timer   // --sleep-idle-seconds
 	idleGen  int           // bumped to disarm an idle timer that fired late
 	waking   chan struct{} // while a wake from sleep reloads; closed when loaded
+
+	proc     *proctest.Child // its process (Options.Processes); nil without
+	spawnErr error           // why its process could not start
 }
 
 // stop tells the child to exit: the router writes the exit command to its
@@ -64,7 +69,12 @@ func (s *Server) spawnLocked(m *model) {
 	s.tick++
 	s.port++
 	c := &child{m: m, stopping: make(chan struct{}), exited: make(chan struct{})}
-	c.release = s.gpu.OccupyBytes(service, "load "+m.id, s.opts.ModelBytes)
+	if s.life != nil {
+		c.proc, c.spawnErr = s.spawnProcess(m.id, s.port)
+	}
+	if c.spawnErr == nil {
+		c.release = s.occupy(c, "load "+m.id)
+	}
 	m.child, m.status, m.lastUsed, m.port = c, statusLoading, s.tick, s.port
 	s.changedLocked()
 	go s.runChild(c)
@@ -74,9 +84,14 @@ func (s *Server) spawnLocked(m *model) {
 // and its shutdown.
 func (s *Server) runChild(c *child) {
 	id := c.m.id
+	if c.spawnErr != nil {
+		s.exit(c, exitFailure, "spawn failed "+id+": "+c.spawnErr.Error())
+		return
+	}
 	select {
-	case <-time.After(s.opts.LoadDelay):
+	case <-time.After(s.loadDelay(id)):
 	case <-c.stopping:
+		c.kill()
 		s.exit(c, exitFailure, "killed while loading "+id)
 		return
 	case <-s.done:
@@ -86,6 +101,7 @@ func (s *Server) runChild(c *child) {
 	select {
 	case <-c.stopping: // told to stop as the load ended: it was still loading
 		s.mu.Unlock()
+		c.kill()
 		s.exit(c, exitFailure, "killed while loading "+id)
 		return
 	default:
@@ -112,6 +128,10 @@ func (s *Server) runChild(c *child) {
 // shutdownChild waits for a told child to exit, or kills it at its stop
 // timeout.
 func (s *Server) shutdownChild(c *child) {
+	if c.proc != nil {
+		s.stopProcess(c)
+		return
+	}
 	wait, code, why := s.opts.StopDelay, 0, "exit "+c.m.id
 	if wait > s.opts.StopTimeout {
 		wait, code, why = s.opts.StopTimeout, exitFailure, "killed at stop-timeout "+c.m.id
@@ -129,6 +149,7 @@ func (s *Server) failLoad(c *child, why string) {
 		s.abort(why)
 		return
 	}
+	c.kill()
 	s.exit(c, exitFailure, why)
 }
 
@@ -198,6 +219,7 @@ func (s *Server) shutdown(why string) {
 	}
 	s.mu.Unlock()
 	for _, c := range children {
+		c.kill()
 		s.exit(c, 0, fmt.Sprintf("%s: exit %s", why, c.m.id))
 	}
 }

@@ -33,6 +33,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/fakeserver"
@@ -50,6 +51,9 @@ type Options struct {
 	// LoadDelay is how long a model takes to load: from the child's spawn
 	// to "loaded", and a wake from sleep. Default 30ms.
 	LoadDelay time.Duration
+	// LoadDelays are the load times of some models, where they differ
+	// from LoadDelay (a child's first load; a wake takes LoadDelay).
+	LoadDelays map[string]time.Duration
 	// StopDelay is how long a child takes to exit after an unload has
 	// been answered; its status turns "unloaded" then. Default 30ms
 	// (real children: up to StopTimeout).
@@ -89,6 +93,17 @@ type Options struct {
 	// APIKey is --api-key: POST /models/load and /models/unload then
 	// answer 401 without it (see auth.go).
 	APIKey string
+
+	// Processes, if set, makes the router's processes real (see
+	// processes.go): the router is a front process on the fake's port,
+	// and each loaded model a child of it that exits when its standard
+	// input closes, once its load (LoadDelay) has ended, charged to the
+	// GPU for as long as it lives. Router mode only. The test's cleanup
+	// ends them all. Nil: everything runs in the test process.
+	Processes testing.TB
+	// Setsid starts the router in a session of its own, as a systemd
+	// service's llama-server (with Processes).
+	Setsid bool
 }
 
 // Server is a running fake llama-server.
@@ -114,11 +129,24 @@ type Server struct {
 	loads    atomic.Int64
 	unloads  atomic.Int64
 	chats    fakeserver.Gate
+
+	life *lives // with Options.Processes: the router's processes
 }
 
 // NewServer starts a fake llama-server on a loopback port. It panics
 // where llama-server would refuse to start.
 func NewServer(gpu *gputest.GPU, opts Options) *Server {
+	s := newServer(gpu, opts)
+	if opts.Processes != nil {
+		s.startFront(opts.Processes)
+	}
+	s.start()
+	return s
+}
+
+// newServer starts the in-process side of a fake llama-server, nothing
+// loaded yet.
+func newServer(gpu *gputest.GPU, opts Options) *Server {
 	opts = withDefaults(opts)
 	s := &Server{gpu: gpu, opts: opts, models: map[string]*model{}, failNext: map[string]bool{},
 		changed: make(chan struct{}), done: make(chan struct{}), port: 39000}
@@ -140,7 +168,6 @@ func NewServer(gpu *gputest.GPU, opts Options) *Server {
 	slices.Sort(s.ids)
 	s.checkStartup()
 	s.srv = fakeserver.Start(http.HandlerFunc(s.serveHTTP))
-	s.start()
 	return s
 }
 
@@ -220,30 +247,49 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	h(w, r)
 }
 
-// URL returns the server's base URL.
-func (s *Server) URL() string { return s.srv.URL() }
+// loadDelay is how long model id's child takes to load.
+func (s *Server) loadDelay(id string) time.Duration {
+	if d, ok := s.opts.LoadDelays[id]; ok {
+		return d
+	}
+	return s.opts.LoadDelay
+}
 
-// Close ends every child and shuts the server down.
+// URL returns the server's base URL: its router process's with
+// Options.Processes.
+func (s *Server) URL() string {
+	if s.life != nil {
+		return s.life.front.URL()
+	}
+	return s.srv.URL()
+}
+
+// Close ends every child and shuts the server down; with
+// Options.Processes, those of every router it ran that still runs (the
+// test's cleanup kills the rest).
 func (s *Server) Close() {
-	s.shutdown("server closed")
-	s.srv.Cut()
+	for _, l := range s.lives() {
+		l.shutdown("server closed")
+		l.srv.Cut()
+	}
 }
 
 // Requests counts the requests on the model routes (POST) that reached a
 // model's process.
-func (s *Server) Requests() int64 { return s.requests.Load() }
+func (s *Server) Requests() int64 { return s.current().requests.Load() }
 
 // Loads counts model loads: child spawns, and in single-model mode also
 // the reloads after sleep.
-func (s *Server) Loads() int64 { return s.loads.Load() }
+func (s *Server) Loads() int64 { return s.current().loads.Load() }
 
 // Unloads counts the unloads the router accepted (POST /models/unload
 // answered 200).
-func (s *Server) Unloads() int64 { return s.unloads.Load() }
+func (s *Server) Unloads() int64 { return s.current().unloads.Load() }
 
 // Status returns a model's status value now: "unloaded", "loading",
 // "loaded" or "sleeping" ("" for a model the server does not have).
 func (s *Server) Status(model string) string {
+	s = s.current()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if m := s.models[model]; m != nil {
@@ -254,13 +300,14 @@ func (s *Server) Status(model string) string {
 
 // HoldChats makes every generation wait, once its process has accepted it
 // and produced its first token, until the returned function is called.
-func (s *Server) HoldChats() (resume func()) { return s.chats.Hold() }
+func (s *Server) HoldChats() (resume func()) { return s.current().chats.Hold() }
 
 // FailNextLoad makes the next load of model fail: its child exits with
 // code 1 at the end of the load, and the model turns unloaded with
 // failed:true and exit_code 1. A single-model server whose load or reload
 // fails aborts: its port refuses connections from then on.
 func (s *Server) FailNextLoad(model string) {
+	s = s.current()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.failNext[model] = true

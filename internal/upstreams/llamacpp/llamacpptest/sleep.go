@@ -49,7 +49,7 @@ func (s *Server) beginTaskLocked(c *child) <-chan struct{} {
 	}
 	if c.waking == nil {
 		c.waking = make(chan struct{})
-		c.release = s.gpu.OccupyBytes(service, "reload "+c.m.id, s.opts.ModelBytes)
+		c.release = s.occupy(c, "reload "+c.m.id)
 		if s.single != nil {
 			s.loads.Add(1)
 		}

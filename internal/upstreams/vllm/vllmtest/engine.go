@@ -229,7 +229,7 @@ func (e *engine) wakeMemory(tags []string) {
 		e.kvOff = false
 	}
 	if e.release == nil {
-		e.release = e.s.gpu.OccupyBytes(service, "wake", e.s.opts.ModelBytes)
+		e.release = e.s.occupy("wake")
 	}
 }
 

@@ -31,10 +31,12 @@ import (
 	"context"
 	"net/http"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/fakeserver"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/proctest"
 )
 
 // service is the fake's name on the simulated GPU's timeline.
@@ -63,11 +65,28 @@ type Options struct {
 	// ModelBytes is what the engine's memory (weights and KV cache)
 	// charges to the simulated GPU while it is on it: from the start
 	// until a level-1 or level-2 sleep, and again from a wake. Default 0.
-	// (A real sleeping vLLM keeps a few GB; the fake keeps nothing.)
+	// (A real sleeping vLLM keeps a few GB; the fake keeps nothing, but
+	// SleepResidue with Processes.)
 	ModelBytes int64
 	// APIKey is --api-key: every /v1 route then answers 401 without it;
 	// /health and the sleep routes stay open (see auth.go).
 	APIKey string
+
+	// Processes, if set, makes the fake's processes real (see
+	// processes.go): the API server is a front process on the fake's
+	// port, and the memory is charged to its engine-core child
+	// ("VLLM::EngineCore"), started at launch, for as long as that
+	// process lives. The test's cleanup ends them all. Nil: everything
+	// runs in the test process.
+	Processes testing.TB
+	// Setsid starts the API server in a session of its own, as a
+	// systemd service's vLLM (with Processes).
+	Setsid bool
+	// SleepResidue is what a level-1 or level-2 sleep leaves on the card
+	// (CUDA context, graph pools), charged to the engine core with
+	// Processes; asleep, it is no occupancy (gputest's Charge.Idle).
+	// Default 0.
+	SleepResidue int64
 }
 
 // Server is a running fake vLLM.
@@ -83,10 +102,25 @@ type Server struct {
 	sleeps   atomic.Int64
 	wakes    atomic.Int64
 	chats    fakeserver.Gate
+
+	life   *lives          // with Options.Processes: the API server's processes
+	worker *proctest.Child // its engine core (Options.Processes)
+	charge *gputest.Charge // the engine core's memory on the GPU
 }
 
 // NewServer starts a fake vLLM on a loopback port, its weights loaded.
 func NewServer(gpu *gputest.GPU, opts Options) *Server {
+	s := newServer(gpu, opts)
+	if s.opts.Processes != nil {
+		s.startFront(s.opts.Processes)
+	}
+	s.launch()
+	return s
+}
+
+// newServer starts the in-process side of a fake vLLM, its memory not
+// yet on the card (launch).
+func newServer(gpu *gputest.GPU, opts Options) *Server {
 	if opts.Model == "" {
 		opts.Model = "Qwen/Qwen3-8B"
 	}
@@ -95,40 +129,53 @@ func NewServer(gpu *gputest.GPU, opts Options) *Server {
 	fakeserver.Default(&opts.Tokens, fakeserver.Tokens)
 	fakeserver.Default(&opts.TokenDelay, fakeserver.TokenDelay)
 	s := &Server{gpu: gpu, opts: opts}
-	s.eng = engine{s: s, running: map[*request]bool{}, changed: make(chan struct{}), release: gpu.OccupyBytes(service, "weights "+opts.Model, opts.ModelBytes)}
+	s.eng = engine{s: s, running: map[*request]bool{}, changed: make(chan struct{})}
 	s.srv = fakeserver.Start(s.routes())
 	s.ctx = s.srv.Context()
 	return s
 }
 
-// URL returns the fake's base URL.
-func (s *Server) URL() string { return s.srv.URL() }
+// URL returns the fake's base URL: its API server process's with
+// Options.Processes.
+func (s *Server) URL() string {
+	if s.life != nil {
+		return s.life.front.URL()
+	}
+	return s.srv.URL()
+}
 
-// Close shuts the fake down; its memory is freed with the process.
+// Close shuts the fake down; its memory is freed with the process (with
+// Options.Processes, the engine cores of every API server it ran are
+// killed).
 func (s *Server) Close() {
-	s.srv.Cut()
-	s.eng.exit()
+	for _, l := range s.lives() {
+		l.srv.Cut()
+		if l.worker != nil {
+			l.worker.Kill()
+		}
+		l.eng.exit()
+	}
 }
 
 // Requests counts the model requests (chat, completions, embeddings)
 // received, queued or not.
-func (s *Server) Requests() int64 { return s.requests.Load() }
+func (s *Server) Requests() int64 { return s.current().requests.Load() }
 
 // Sleeps counts POST /sleep calls.
-func (s *Server) Sleeps() int64 { return s.sleeps.Load() }
+func (s *Server) Sleeps() int64 { return s.current().sleeps.Load() }
 
 // Wakes counts POST /wake_up calls.
-func (s *Server) Wakes() int64 { return s.wakes.Load() }
+func (s *Server) Wakes() int64 { return s.current().wakes.Load() }
 
 // Sleeping is what /is_sleeping answers now.
-func (s *Server) Sleeping() bool { return s.eng.isSleeping() }
+func (s *Server) Sleeping() bool { return s.current().eng.isSleeping() }
 
 // Queued is the number of requests held because scheduling is paused.
-func (s *Server) Queued() int { return s.eng.queuedNow() }
+func (s *Server) Queued() int { return s.current().eng.queuedNow() }
 
 // HoldChats makes every generation wait, after its first token, until the
 // returned function is called (a sleep in abort mode still ends it).
-func (s *Server) HoldChats() (resume func()) { return s.chats.Hold() }
+func (s *Server) HoldChats() (resume func()) { return s.current().chats.Hold() }
 
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
