@@ -168,8 +168,13 @@ func TestLlamaSwapsShutdownDrainsBeforeTheJob(t *testing.T) {
 		"unload_timeout 10s")
 	m.loadModel(t)
 	ctx := context.Background()
+	from := len(m.gpu.Events())
 	stream := m.postAsync(ctx, m.chatPath("llamaswap"), chatBody(m.chatModel("llamaswap"), true))
-	m.waitStatus("the stream in flight", func(st Status) bool { return st.LLMInflight == 1 })
+	if !m.gpu.WaitFor(10*time.Second, func(ev []gputest.Event) bool {
+		return gputest.Index(ev, from, service("llamaswap"), "generating") >= 0
+	}) {
+		t.Fatal("the stream did not reach llama-swap")
+	}
 	job := m.postAsync(ctx, m.sites["comfyui"]+"/prompt", promptBody(20))
 	m.waitStatus("the job waits", func(st Status) bool { return st.ImageWaiting == 1 })
 	m.swap.Terminate()
