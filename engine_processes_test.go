@@ -33,16 +33,6 @@ func swapMix(t *testing.T, opts llamaswaptest.Options, settings string) *mix {
 	return newMix(t, mixOptions{engines: []string{"llamaswap", "comfyui"}, swap: opts, settings: settings})
 }
 
-// swapEngine is the llama-swap engine's entry of the status.
-func swapEngine(st Status) gpu.EngineStatus {
-	for _, e := range st.Engines {
-		if e.Kind == "llamaswap" {
-			return e
-		}
-	}
-	return gpu.EngineStatus{}
-}
-
 // loadModel chats through llama-swap, so that it starts a model server,
 // and waits until the turnstile has seen that server's processes. It
 // returns the processes that hold the model (those that charge the GPU).
@@ -59,14 +49,14 @@ func (m *mix) loadModel(t *testing.T) []procs.Proc {
 	if len(servers) == 0 {
 		t.Fatal("llama-swap started no model server")
 	}
-	m.waitStatus("the model server seen", func(st Status) bool { return swapEngine(st).Processes >= len(servers) })
+	m.waitStatus("the model server seen", func(st Status) bool { return engineOfKind(st, "llamaswap").Processes >= len(servers) })
 	return servers
 }
 
 // leftPIDs are the PIDs of the status's processes_left of llama-swap.
 func leftPIDs(st Status) []int32 {
 	var pids []int32
-	for _, p := range swapEngine(st).ProcessesLeft {
+	for _, p := range engineOfKind(st, "llamaswap").ProcessesLeft {
 		pids = append(pids, p.PID)
 	}
 	return pids
@@ -108,7 +98,7 @@ func TestKilledLlamaSwapsModelServerKeepsTheGPU(t *testing.T) {
 			t.Errorf("processes_left %v lacks model server %d", leftPIDs(st), p.PID)
 		}
 	}
-	if w := swapEngine(st).Waiting; !strings.Contains(w, "refuses connections") {
+	if w := engineOfKind(st, "llamaswap").Waiting; !strings.Contains(w, "refuses connections") {
 		t.Errorf("waiting %q", w)
 	}
 	if m.comfy.Prompts() != 0 {
@@ -147,7 +137,7 @@ func TestRestartedLlamaSwapListsNothingWhileTheOrphanLives(t *testing.T) {
 	m.swap.Restart()
 	job := m.postAsync(context.Background(), m.sites["comfyui"]+"/prompt", promptBody(20))
 	st := m.waitStatus("the job waits for the orphan", func(st Status) bool { return len(leftPIDs(st)) > 0 })
-	if w := swapEngine(st).Waiting; !strings.Contains(w, "lists no model") {
+	if w := engineOfKind(st, "llamaswap").Waiting; !strings.Contains(w, "lists no model") {
 		t.Errorf("waiting %q", w)
 	}
 	if m.comfy.Prompts() != 0 {

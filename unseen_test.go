@@ -190,9 +190,9 @@ func (r *unseenRig) loadModel() []procs.Proc {
 		r.t.Fatal("llama-swap started no model server")
 	}
 	st := r.waitStatus("llama-swap's model seen, its processes unseen", func(st Status) bool {
-		return swapEngine(st).ProcessesUnseen && len(swapEngine(st).Models) > 0
+		return engineOfKind(st, "llamaswap").ProcessesUnseen && len(engineOfKind(st, "llamaswap").Models) > 0
 	})
-	if n := swapEngine(st).Processes; n != 0 {
+	if n := engineOfKind(st, "llamaswap").Processes; n != 0 {
 		r.t.Fatalf("Caddy, as another user, saw %d of llama-swap's processes", n)
 	}
 	return servers
@@ -229,7 +229,7 @@ func TestUnseenEngineIsShownGoneByTheCard(t *testing.T) {
 		code, body = r.post(r.image+"/prompt", promptBody(20))
 		close(done)
 	}()
-	r.waitStatus("the job waits for the card", func(st Status) bool { return swapEngine(st).Waiting != "" })
+	r.waitStatus("the job waits for the card", func(st Status) bool { return engineOfKind(st, "llamaswap").Waiting != "" })
 	if r.comfy.Prompts() != 0 {
 		t.Fatal("ComfyUI got the prompt while the model server held the card")
 	}
