@@ -112,7 +112,7 @@ func TestKilledLlamaCppRoutersLoadingChildKeepsTheGPU(t *testing.T) {
 // the engine and the child's PID; once the child is gone, a job runs.
 func TestKilledLlamaCppRoutersChildPastUnloadTimeout(t *testing.T) {
 	m := procMix(t, "llamacpp", llamacpptest.Options{LoadDelays: map[string]time.Duration{cppSlow: time.Hour}},
-		vllmtest.Options{}, "unload_timeout 300ms")
+		vllmtest.Options{}, "unload_timeout 2s")
 	slow, pid := m.loadTwo(t)
 	loading := m.llamacpp.Child(cppSlow)
 	m.llamacpp.Kill()
@@ -134,7 +134,7 @@ func TestKilledLlamaCppRoutersChildPastUnloadTimeout(t *testing.T) {
 // unload_timeout, naming the engine core's PID; once it is gone, a job
 // runs.
 func TestKilledVLLMsEngineCoreKeepsTheGPU(t *testing.T) {
-	m := procMix(t, "vllm", llamacpptest.Options{}, vllmtest.Options{}, "unload_timeout 500ms")
+	m := procMix(t, "vllm", llamacpptest.Options{}, vllmtest.Options{}, "unload_timeout 2s")
 	if r := m.post(context.Background(), m.chatPath("vllm"), chatBody(m.chatModel("vllm"), false)); r.status != 200 {
 		t.Fatalf("chat: %d %s", r.status, r.body)
 	}

@@ -114,7 +114,7 @@ func TestKilledLlamaSwapsModelServerKeepsTheGPU(t *testing.T) {
 // left; a forced end forgets them, and the next job runs (the operator
 // vouches for what the card holds: here the orphan is killed first).
 func TestKilledLlamaSwapsOrphanPastUnloadTimeout(t *testing.T) {
-	m := swapMix(t, llamaswaptest.Options{}, "unload_timeout 300ms")
+	m := swapMix(t, llamaswaptest.Options{}, "unload_timeout 2s")
 	servers := m.loadModel(t)
 	m.swap.Kill()
 	r := m.post(context.Background(), m.sites["comfyui"]+"/prompt", promptBody(20))

@@ -189,7 +189,7 @@ func TestKilledOllamaWithOrphanedRunner(t *testing.T) {
 // says why.
 func TestKilledOllamaOrphanRefusesTheJob(t *testing.T) {
 	h := newHarness(t, harnessOptions{
-		settings: "unload_timeout 300ms",
+		settings: "unload_timeout 2s",
 		ollama:   ollamatest.Options{RunnerProcesses: true},
 	})
 	ctx := context.Background()

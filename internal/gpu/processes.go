@@ -387,7 +387,7 @@ func (g *GPU) leftOf(ctx context.Context, c *Config, e LLMEngine, refused bool) 
 	rec, t, err := g.lookAt(ctx, c, e, api)
 	switch {
 	case err != nil && ctx.Err() != nil:
-		return g.leftNow(e) // cut short: what the last look found stands
+		return g.leftCutShort(e, refused)
 	case err != nil:
 		left, _ := g.leftNow(e)
 		return left, "its processes could not be read: " + err.Error()
@@ -408,6 +408,26 @@ func (g *GPU) leftOf(ctx context.Context, c *Config, e LLMEngine, refused bool) 
 		}
 	}
 	return nil, ""
+}
+
+// leftCutShort is what keeps e from counting as empty when the look that
+// was to tell could not end in time: what the last look found, or else
+// what is remembered of it.
+func (g *GPU) leftCutShort(e Engine, refused bool) ([]procs.Proc, string) {
+	if left, why := g.leftNow(e); why != "" {
+		return left, why
+	}
+	g.mu.Lock()
+	rec := g.runLocked(e.Name()).served
+	g.mu.Unlock()
+	left := rec.Servers
+	if refused && rec.Engine != nil {
+		left = append([]procs.Proc{*rec.Engine}, left...)
+	}
+	if len(left) == 0 {
+		return nil, ""
+	}
+	return left, "unload_timeout passed before its processes could be read; last seen alive: " + procList(left)
 }
 
 // leftNow is what the status shows as left of e, and why.

@@ -81,7 +81,7 @@ func servedGPU(t *testing.T, e *servedLLM) *GPU {
 	t.Helper()
 	c := testConfig()
 	c.LLMs = []LLMEngine{e}
-	c.UnloadTimeout = 300 * time.Millisecond
+	c.UnloadTimeout = time.Second
 	g := New("served", &recorder{})
 	t.Cleanup(g.Close)
 	g.Apply(c, zap.NewNop())
@@ -189,7 +189,7 @@ func TestRememberedProcessesSurviveARestart(t *testing.T) {
 	e.servers, e.refuses = nil, true // restarted, it lists nothing
 	e.mu.Unlock()
 	c2 := testConfig()
-	c2.LLMs, c2.ProcessStore, c2.UnloadTimeout = []LLMEngine{e}, store, 300*time.Millisecond
+	c2.LLMs, c2.ProcessStore, c2.UnloadTimeout = []LLMEngine{e}, store, time.Second
 	g2 := New("after", &recorder{})
 	t.Cleanup(g2.Close)
 	g2.Apply(c2, zap.NewNop())

@@ -52,7 +52,7 @@ func TestAnUnseenEngineNeedsTheCard(t *testing.T) {
 			card := &fakeCard{pids: map[int32]int64{4242: 8 << 30}}
 			c := testConfig()
 			c.LLMs = []LLMEngine{e}
-			c.UnloadTimeout = 300 * time.Millisecond
+			c.UnloadTimeout = time.Second
 			if withCard {
 				c.CardProcesses = card.processes
 			}

@@ -76,7 +76,7 @@ func TestRunningShowsAStartingProcess(t *testing.T) {
 		t.Fatal("gemma never started")
 	}
 	got, err := c.Running(context.Background())
-	if err != nil || len(got) != 1 || got[0] != (llamaswap.Process{Model: "gemma-3-4b", State: "starting"}) {
+	if err != nil || len(got) != 1 || got[0].Model != "gemma-3-4b" || got[0].State != "starting" || !strings.HasPrefix(got[0].Proxy, "http://127.0.0.1:") {
 		t.Fatalf("Running: %+v, %v", got, err)
 	}
 }
