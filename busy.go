@@ -13,12 +13,12 @@ func (ts *turnstile) answers(c *config) httpapi.Answers {
 		BusyStatus: c.BusyStatus, LLMWait: c.LLMWait, ImageWait: c.ImageWait,
 		Limits:     c.Limits(0, ts.log()),
 		RetryAfter: func() int { return httpapi.Seconds(ts.retryAfter(c)) },
+		State:      func() string { return ts.gpu.State().String() },
+		Log:        ts.log(),
 		ImageRetryAfter: func() int {
 			return httpapi.Seconds(ts.gpu.ImageRetryAfter(c.BusyRetryAfterAuto, c.RetryAfter, tcfg.DefaultBusyRetryAfter))
 		},
 		Outlook: func() string { return ts.gpu.Outlook(false).Words() },
-		State:   func() string { return ts.gpu.State().String() },
-		Log:     ts.log(),
 	}
 }
 
