@@ -3,6 +3,8 @@ package turnstile
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -165,5 +167,20 @@ func TestWaitersSeeTheUnload(t *testing.T) {
 	promptID(t, <-job)
 	if r := <-chat; r.status != 200 {
 		t.Fatalf("chat: %d %s", r.status, r.body)
+	}
+}
+
+// A busy answer says where the request would stand and when it would
+// start, and its Retry-After (busy_retry_after auto) is that wait.
+func TestBusyAnswerSaysThePlaceInLine(t *testing.T) {
+	h := newHarness(t, harnessOptions{settings: "llm_busy_mode reject\nbusy_retry_after auto 10m"})
+	h.takeHold(t, "game", "40s")
+	r := h.post(context.Background(), h.llm+"/api/chat", chatBody("llama3.2", false))
+	want := "the GPU is busy with an external hold; you would be 1st in line, expected to start in about 4"
+	if r.status != 503 || !strings.Contains(r.body, want) {
+		t.Fatalf("busy answer %d %s, want it to say %q", r.status, r.body, want)
+	}
+	if secs, _ := strconv.Atoi(r.header.Get("Retry-After")); secs < 38 || secs > 40 {
+		t.Fatalf("Retry-After %q during a 40s hold", r.header.Get("Retry-After"))
 	}
 }
