@@ -70,8 +70,7 @@ func closeEnough(t *testing.T, what string, since time.Time, predicted, actual t
 func TestExpectedStartsBehindAJob(t *testing.T) {
 	const jobMS = 1500
 	h := newHarness(t, harnessOptions{comfy: comfyOpts(jobMS * time.Millisecond)})
-	dir, cf := h.withStorage()
-	_ = dir
+	_, cf := h.withStorage()
 	h.load(cf)
 	h.waitIdle()
 	ctx := context.Background()
