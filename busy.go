@@ -15,6 +15,10 @@ func (ts *turnstile) answers(c *config) httpapi.Answers {
 		RetryAfter: func() int { return httpapi.Seconds(ts.retryAfter(c)) },
 		State:      func() string { return ts.gpu.State().String() },
 		Log:        ts.log(),
+		ImageRetryAfter: func() int {
+			return httpapi.Seconds(ts.gpu.ImageRetryAfter(c.BusyRetryAfterAuto, c.RetryAfter, tcfg.DefaultBusyRetryAfter))
+		},
+		Outlook: func() string { return ts.gpu.Outlook(false).Words() },
 	}
 }
 

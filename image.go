@@ -25,10 +25,9 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 	deadline := admit.Arrival(r).Add(c.ImageWait)
 	ticket, err := ts.budget.Admit(w, r, c.Limits(admit.ImageBodyLimit, ts.log()), deadline)
 	if err == nil {
-		workflow := "" // its memory peak is learned under it, when co_resident models may run beside jobs
-		if m := c.GPU.Memory; m != nil && len(m.CoResident) > 0 {
-			workflow = ticket.Workflow(e.Kind(), route.CleanPath(r))
-		}
+		// Its run time is learned under it (the waiters' expected starts),
+		// and its memory peak when co_resident models may run beside jobs.
+		workflow := ticket.Workflow(e.Kind(), route.CleanPath(r))
 		defer ticket.Done()
 		_, err = ts.gpu.RunImage(gpu.WithWaiter(r.Context(), ticket.Waiter(r, false)), gpu.ImageRun{
 			Engine: e.Name(), Deadline: deadline, Waited: ticket.StopWaiting, Workflow: workflow,

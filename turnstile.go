@@ -79,6 +79,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 		}
 		c.GPU.HoldStore = store.NewHolds(ctx.Storage(), name)
 		c.GPU.ProcessStore = store.NewProcesses(ctx.Storage(), name)
+		c.GPU.LearnedStore = store.NewLearned(ctx.Storage(), name)
 		if c.GPU.Memory != nil {
 			c.GPU.Memory.Store = store.NewFootprints(ctx.Storage())
 		}

@@ -93,6 +93,10 @@ type dayStats struct {
 	// its LLM unload to its render's end).
 	chats   []chatWait
 	renders [][2]time.Duration
+	// What the predictions of starts are checked against (eta.go): each
+	// image job's span, and when the GPU went back to LLM use.
+	jobs    []jobSpan
+	llmBack []time.Duration
 }
 
 type chatWait struct{ at, wait time.Duration }
@@ -191,7 +195,8 @@ func (d *day) image(e dayEvent) {
 	// a job whose measured peak leaves room for it.
 	fits := d.measured[e.workflow] && coModelGiB+workflowPeakGiB <= cardGiB
 	keep := d.coResident && d.coLoaded && fits
-	if d.ollamaLoaded || (d.coLoaded && !keep) {
+	unloaded := d.ollamaLoaded || (d.coLoaded && !keep)
+	if unloaded {
 		d.spend(costOllamaUnld)
 	}
 	d.ollamaLoaded, d.coLoaded = false, keep
@@ -210,6 +215,7 @@ func (d *day) image(e dayEvent) {
 	}
 	d.now = end
 	d.st.renders = append(d.st.renders, [2]time.Duration{hold, end})
+	d.st.jobs = append(d.st.jobs, jobSpan{at: e.at, granted: hold, ran: sent, end: end, workflow: e.workflow, unloaded: unloaded})
 	moreImages := len(d.pending) > 0 && d.pending[0].image && d.pending[0].at <= d.now
 	inFlight := d.laneFree > d.now
 	if inFlight {
@@ -220,6 +226,7 @@ func (d *day) image(e dayEvent) {
 	}
 	// Free, then warm the LLM again.
 	d.spend(costComfyFree)
+	d.st.llmBack = append(d.st.llmBack, d.now)
 	d.st.frees++
 	d.comfyLoaded = false
 	d.owner = "llm"
@@ -327,5 +334,11 @@ func runDay(args []string) error {
 		r := func(d time.Duration) time.Duration { return d.Round(100 * time.Millisecond) }
 		fmt.Printf("%-38s %6d %8v %8v %8v %7d\n", p.name, len(w), r(percentile(w, 0.5)), r(percentile(w, 0.95)), r(percentile(w, 1)), stats[i].beside)
 	}
+	errs, rel, unknown := predictionErrors(ev, stats[1])
+	r := func(d time.Duration) time.Duration { return d.Round(100 * time.Millisecond) }
+	pc := func(d time.Duration) string { return fmt.Sprintf("%d %%", (int64(d)+5)/10) }
+	fmt.Printf("\nPredicted starts (%s): %d waiters predicted, %d not (nothing measured yet)\n", policies[1].name, len(errs), unknown)
+	fmt.Printf("error: median %v, p95 %v, largest %v; of the wait: median %s, p95 %s\n",
+		r(percentile(errs, 0.5)), r(percentile(errs, 0.95)), r(percentile(errs, 1)), pc(percentile(rel, 0.5)), pc(percentile(rel, 0.95)))
 	return nil
 }

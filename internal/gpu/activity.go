@@ -55,6 +55,14 @@ type Waiter struct {
 	// or unseen do not keep the GPU from it (the operator says they hold
 	// nothing).
 	Force bool
+
+	// What the prediction of its start needs (predict.go), set by the
+	// GPU itself: an image job's workflow signature and engine, a hold's
+	// lease, and whether it is a presence hold.
+	workflow string
+	engine   string
+	lease    time.Duration
+	presence bool
 }
 
 // WaiterStatus is one waiting request as the status shows it.
@@ -66,8 +74,18 @@ type WaiterStatus struct {
 	Owner string    `json:"owner,omitempty"`
 	// WaitingFor is "vram" for a request that waits for video memory
 	// (vram_admission) rather than for the lock, "vram_reading" for one
-	// that waits for a fresh reading of it (vram_stale wait).
+	// that waits for a fresh reading of it (vram_stale wait); for any
+	// other, what keeps the GPU from it now: "job", "llm", "hold",
+	// "presence", "unload", "free" or "wake" (predict.go).
 	WaitingFor string `json:"waiting_for,omitempty"`
+	// Position is its place in the order it will be served, 1 = next,
+	// among the waiters that wait for the same thing: the lock's queue
+	// (the LLM waiters, admitted together, share one), or video memory.
+	Position int `json:"position"`
+	// ExpectedStart is when it is expected to have the GPU, from what
+	// was measured here (Status.Learned); null when that cannot be
+	// predicted.
+	ExpectedStart *time.Time `json:"expected_start"`
 }
 
 // maxWaitersShown bounds the waiters the status lists: the oldest are the
@@ -138,14 +156,20 @@ func (a *activity) oldestWait() time.Time {
 	return o
 }
 
-// waiterList returns the oldest waiters, oldest first; g.mu is held.
-func (a *activity) waiterList() []WaiterStatus {
+// waiterIDs returns the waiters' ids, oldest first; g.mu is held.
+func (a *activity) waiterIDs() []uint64 {
 	ids := make([]uint64, 0, len(a.waiters))
 	for id := range a.waiters {
 		ids = append(ids, id)
 	}
 	// Ids grow in the order waits began.
 	slices.Sort(ids)
+	return ids
+}
+
+// waiterList returns the oldest waiters, oldest first; g.mu is held.
+func (a *activity) waiterList() []WaiterStatus {
+	ids := a.waiterIDs()
 	ids = ids[:min(len(ids), maxWaitersShown)]
 	out := make([]WaiterStatus, len(ids))
 	for i, id := range ids {

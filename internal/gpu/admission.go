@@ -75,13 +75,30 @@ func (g *GPU) busyCause() string {
 	return "an image job"
 }
 
-// RetryAfter is the Retry-After of a busy answer: fixed
-// (busy_retry_after), or with auto an estimate of when the GPU is free
-// for LLM use (def standing for a job before any has ended), between a
-// second and fixed.
+// RetryAfter is the Retry-After of a busy answer to an LLM request:
+// fixed (busy_retry_after), or with auto the predicted wait of an LLM
+// request arriving now (Outlook), rounded up to the second, between a
+// second and fixed. Before anything was learned to predict it from, it
+// is EstimateWait's (def standing for a job).
 func (g *GPU) RetryAfter(auto bool, fixed, def time.Duration) time.Duration {
+	return g.retryAfter(false, auto, fixed, def)
+}
+
+// ImageRetryAfter is RetryAfter for an image job arriving now.
+func (g *GPU) ImageRetryAfter(auto bool, fixed, def time.Duration) time.Duration {
+	return g.retryAfter(true, auto, fixed, def)
+}
+
+func (g *GPU) retryAfter(image, auto bool, fixed, def time.Duration) time.Duration {
 	if !auto {
 		return fixed
 	}
-	return min(max(g.EstimateWait(def), time.Second), fixed)
+	wait := g.EstimateWait(def)
+	if o := g.Outlook(image); o.Known {
+		wait = o.Wait.Truncate(time.Second)
+		if wait < o.Wait {
+			wait += time.Second
+		}
+	}
+	return min(max(wait, time.Second), fixed)
 }

@@ -66,6 +66,10 @@ type Config struct {
 	// ProcessStore keeps what is known of the LLM engines' processes
 	// across restarts; nil keeps it in memory only.
 	ProcessStore ProcessStore
+	// LearnedStore keeps the figures measured here (job and step times)
+	// across restarts; nil keeps them in memory only. The first
+	// config's store is the one they are read from.
+	LearnedStore LearnedStore
 	// CardProcesses lists the compute processes on the card and the
 	// memory each uses (vram_probe nvidia-smi); nil where the card is
 	// not read that way.
@@ -132,6 +136,9 @@ type GPU struct {
 	lookKick    chan struct{}
 	lookMu      sync.Mutex
 	listenCache map[string]*listenerCache // by engine name, under lookMu
+	// learnSave makes one save of the learned figures at a time
+	// (learned.go).
+	learnSave sync.Mutex
 
 	mu sync.Mutex // the owner of state: a leaf (state.go)
 	state
@@ -211,6 +218,7 @@ func (g *GPU) Apply(c *Config, log *zap.Logger) {
 	g.mu.Unlock()
 	switch {
 	case first:
+		g.loadLearned(c)
 		g.startUp(c)
 	case len(added) > 0:
 		g.spawn(func() { g.probeAdded(c, added) })

@@ -101,7 +101,7 @@ var ErrHoldPrepare = errors.New("the GPU could not be emptied for the hold")
 func (g *GPU) TakeHold(ctx context.Context, owner string, ttl time.Duration) (*Hold, error) {
 	start := time.Now()
 	w := waiterFrom(ctx)
-	w.Owner = owner
+	w.Owner, w.lease = owner, ttl
 	ctx = WithWaiter(ctx, w)
 	span := g.startWait(ctx, &traced{req: linkOf(ctx), kind: "hold"})
 	err := g.acquireExclusive(ctx, lock.ExternalHold)

@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/eta"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
 )
 
@@ -25,6 +26,12 @@ type Job struct {
 	InterruptOverdue bool `json:"interrupt_overdue,omitempty"`
 	// OverdueSince is when the first of those interrupts was sent.
 	OverdueSince *time.Time `json:"interrupt_overdue_since,omitempty"`
+
+	// workflow is the job's workflow signature, and ran when its engine
+	// had the GPU (the LLM engines emptied, the engine readied; zero
+	// until then): what its expected end is reckoned from (predict.go).
+	workflow string
+	ran      time.Time
 }
 
 // ImageJob is one image prompt sent through the turnstile, from the moment
@@ -56,6 +63,9 @@ func (g *GPU) BeginImage(ctx context.Context, engine string) (*ImageJob, error) 
 	if first == nil {
 		return nil, fmt.Errorf("%w: %q", ErrNoEngine, engine)
 	}
+	w := waiterFrom(ctx)
+	w.engine = first.Name()
+	ctx = WithWaiter(ctx, w)
 	tr := traced{req: linkOf(ctx), kind: "image", engine: first.Name()}
 	span := g.startWait(ctx, &tr)
 	err := g.acquireExclusive(ctx, lock.ImageJob)
@@ -71,10 +81,10 @@ func (g *GPU) BeginImage(ctx context.Context, engine string) (*ImageJob, error) 
 		u.end()
 		return nil, fmt.Errorf("%w: %q (dropped by a reload)", ErrNoEngine, engine)
 	}
-	j := &ImageJob{use: u, e: e, started: time.Now(), source: "proxy", stop: newJobStop(g.ctx)}
+	j := &ImageJob{use: u, e: e, started: time.Now(), source: "proxy", stop: newJobStop(g.ctx), workflow: waiterFrom(ctx).workflow}
 	g.update(func() {
 		g.act.image = j
-		g.setJobLocked(&Job{Engine: e.Name(), Source: j.source, Phase: "unloading", Started: j.started})
+		g.setJobLocked(&Job{Engine: e.Name(), Source: j.source, Phase: "unloading", Started: j.started, workflow: j.workflow})
 	})
 	return j, nil
 }
@@ -93,6 +103,9 @@ func (j *ImageJob) Prepare() error {
 		err = j.ready(ctx)
 	}
 	j.prepared = time.Now()
+	if err == nil {
+		j.g.updateJob(j, func(job *Job) { job.ran = j.prepared })
+	}
 	EndSpan(span, err)
 	if err != nil {
 		j.finish("", "refused")
@@ -122,7 +135,9 @@ func (j *ImageJob) ready(ctx context.Context) error {
 		j.g.metrics.UpstreamError(upstreamKind(j.e), j.e.Name(), "prepare")
 		return fmt.Errorf("%s not readied for the job: %w", j.e.Name(), err)
 	}
-	if took := time.Since(start); took > time.Millisecond {
+	took := time.Since(start)
+	j.g.learnStep(j.e.Name(), eta.Prepare, took)
+	if took > time.Millisecond {
 		j.g.addEvent("prepare", took, j.e.Name())
 	}
 	return nil
@@ -268,6 +283,10 @@ func (j *ImageJob) holdForJob(id string) {
 func (j *ImageJob) finish(id, outcome string) {
 	g := j.g
 	took := time.Since(j.started)
+	if outcome == "success" && !j.prepared.IsZero() {
+		ran := time.Since(j.prepared)
+		g.learn(func(l *eta.Learned) { l.AddJob(j.workflow, ran) })
+	}
 	if j.owesFree {
 		g.metrics.JobEnded(outcome, took)
 		g.addJob(JobEntry{PromptID: id, Engine: j.e.Name(), Source: j.source, Started: j.started, Seconds: took.Seconds(), Outcome: outcome})

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/eta"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
 )
 
@@ -32,6 +33,11 @@ func (g *GPU) acquireExclusive(ctx context.Context, kind lock.Kind) error {
 		g.spawn(func() { g.unloadEarly(c) })
 	}
 	start := time.Now()
+	if kind == lock.PresenceHold {
+		w := waiterFrom(ctx)
+		w.presence = true
+		ctx = WithWaiter(ctx, w)
+	}
 	done := g.wait(ctx, kind.State(), start)
 	err := g.afterStartUp(ctx)
 	if err == nil {
@@ -163,6 +169,7 @@ func (g *GPU) freeImage(ctx context.Context, c *Config, e ImageEngine) bool {
 	switch {
 	case err == nil:
 		g.reached(e, nil)
+		g.learnStep(e.Name(), eta.Free, took)
 		g.metrics.Step("free", e.Name(), took)
 		g.addEvent("free", took, e.Name())
 		g.log().Info(e.Name()+" freed", zap.Duration("duration", took))
@@ -208,6 +215,7 @@ func (g *GPU) wake(ctx context.Context, c *Config, e LLMEngine, w Waker) bool {
 			zap.Duration("unload_timeout", c.UnloadTimeout), zap.Error(err))
 		return false
 	}
+	g.learnStep(e.Name(), eta.Wake, took)
 	g.metrics.Step("wake", e.Name(), took)
 	g.addEvent("wake", took, e.Name())
 	g.log().Info(e.Name()+" woken", zap.Duration("duration", took))
@@ -299,6 +307,7 @@ func (g *GPU) warmUp(c *Config, from spanLink) {
 		g.log().Warn("warm-up failed", zap.String("model", c.WarmModel), zap.Duration("duration", took), zap.Error(err))
 		return
 	}
+	g.learn(func(l *eta.Learned) { l.AddLoad(e.Name(), c.WarmModel, took) })
 	g.metrics.Step("warm", e.Name(), took)
 	g.addEvent("warm", took, c.WarmModel)
 	g.log().Info("model warmed", zap.String("model", c.WarmModel), zap.Duration("duration", took))

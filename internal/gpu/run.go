@@ -72,12 +72,14 @@ func (e *RefusedError) Unwrap() error { return e.Err }
 // copied to a client that has gone) ends the job by what it saw, and the
 // panic goes on with the same value.
 func (g *GPU) RunImage(ctx context.Context, run ImageRun) (string, error) {
+	w := waiterFrom(ctx)
+	w.workflow = run.Workflow
+	ctx = WithWaiter(ctx, w)
 	j, err := g.beginBy(ctx, run)
 	if err != nil {
 		return "", err
 	}
 	// From here on every path ends the job, which gives the GPU back.
-	j.workflow = run.Workflow
 	if err := j.Prepare(); err != nil {
 		return "refused", &RefusedError{Err: err}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/eta"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
 )
 
@@ -54,6 +55,10 @@ type state struct {
 
 	history history // the recent past (history.go)
 	hub     hub     // the live events' queue and subscribers (events.go)
+
+	// learned is what was measured here, for the predictions
+	// (learned.go, predict.go).
+	learned eta.Learned
 
 	// changed is closed, and cleared, at the next change; nil while
 	// nobody asked for it (Changed).

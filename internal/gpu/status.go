@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/eta"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
 )
 
@@ -43,6 +44,9 @@ type Status struct {
 	Upstreams map[string]UpstreamStatus `json:"upstreams"`
 	// VRAM is the card's memory, with vram_admission only.
 	VRAM *VRAMStatus `json:"vram,omitempty"`
+	// Learned is what was measured here, which the waiters' expected
+	// starts rest on (internal/eta).
+	Learned *eta.Learned `json:"learned"`
 }
 
 // EngineStatus is what is known of one engine.
@@ -145,6 +149,8 @@ func (g *GPU) statusLocked(snap lock.Snapshot, now time.Time) Status {
 	}
 	st.Waiters = a.waiterList()
 	c := g.cfg()
+	g.foreseeLocked(snap, now, c, st.Waiters)
+	st.Learned = g.learned.Clone()
 	st.Presence = g.presenceStatus(c)
 	st.Engines = g.enginesLocked(c)
 	if c != nil {

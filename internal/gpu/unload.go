@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/eta"
 )
 
 // markAbnormal records that LLM use has just ended in a way that may leave
@@ -147,6 +149,7 @@ func (g *GPU) emptyLLM(ctx context.Context, c *Config, e LLMEngine, abnormal tim
 		g.forgetResidents(e.Name(), kept)
 	}
 	if len(names) > 0 {
+		g.learnStep(e.Name(), eta.Unload, took)
 		g.metrics.Step("unload", e.Name(), took)
 		g.addEvent("unload", took, fmt.Sprintf("%s: %d model(s)", e.Name(), len(names)))
 		g.log().Info(e.Name()+" unloaded", zap.Strings("models", names), zap.Duration("duration", took))

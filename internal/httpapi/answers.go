@@ -33,7 +33,13 @@ type Answers struct {
 	// what the GPU is used for: both read only when an answer needs them.
 	RetryAfter func() int
 	State      func() string
-	Log        *zap.Logger
+	// ImageRetryAfter is RetryAfter for an image job, if it differs.
+	ImageRetryAfter func() int
+	// Outlook, if set, says in words what an LLM request arriving now
+	// can expect ("you would be 2nd in line, expected to start in about
+	// 40 s"), "" if nothing: a busy answer's message adds it.
+	Outlook func() string
+	Log     *zap.Logger
 }
 
 // LLM answers an LLM request as gpu.ServeLLM ended it: busy in reject
@@ -45,7 +51,7 @@ func (a Answers) LLM(w http.ResponseWriter, r *http.Request, s gpu.LLMServed) (s
 	case gpu.LLMForwarded:
 		return "", s.Err
 	case gpu.LLMBusy:
-		a.writeBusy(w, r, s.Cause, 0)
+		a.writeBusy(w, r, a.withOutlook(s.Cause), 0)
 		return BusyReject, nil
 	case gpu.LLMNoMemory:
 		if s.Waited > 0 {
@@ -102,6 +108,9 @@ func (a Answers) notAdmitted(w http.ResponseWriter, r *http.Request, image gpu.I
 	}
 	o.Drain(w, r, deadline)
 	retry := a.RetryAfter()
+	if image != nil {
+		retry = a.imageRetryAfter()
+	}
 	busy := Error{Status: a.BusyStatus, Code: "gpu_busy", Message: o.Message(a.Limits, retry), RetryAfter: retry}
 	if image != nil {
 		busy.Status = http.StatusServiceUnavailable
@@ -119,7 +128,7 @@ func (a Answers) waitedTooLong(w http.ResponseWriter, r *http.Request, cause str
 	a.Log.Warn("LLM request waited llm_wait_timeout for the GPU; answered busy",
 		zap.Duration("llm_wait_timeout", a.LLMWait), zap.String("path", r.URL.Path))
 	admit.CloseAfter(w, r)
-	a.writeBusy(w, r, cause, a.LLMWait)
+	a.writeBusy(w, r, a.withOutlook(cause), a.LLMWait)
 }
 
 // imageWaitedTooLong answers an image job whose wait, its body's reading
@@ -130,7 +139,7 @@ func (a Answers) imageWaitedTooLong(w http.ResponseWriter, r *http.Request, e gp
 	a.Log.Warn("image job waited image_wait_timeout for the GPU; answered busy",
 		zap.Duration("image_wait_timeout", a.ImageWait), zap.String("engine", e.Name()), zap.String("path", r.URL.Path))
 	admit.CloseAfter(w, r)
-	WriteImage(w, e, ImageBusy(a.ImageWait, a.State(), e.Name(), a.RetryAfter()))
+	WriteImage(w, e, ImageBusy(a.ImageWait, a.State(), e.Name(), a.imageRetryAfter()))
 }
 
 // writeBusy answers an LLM request that cannot have the GPU now (cause
@@ -138,6 +147,27 @@ func (a Answers) imageWaitedTooLong(w http.ResponseWriter, r *http.Request, e gp
 // Retry-After; waited is how long it waited (0 if it did not).
 func (a Answers) writeBusy(w http.ResponseWriter, r *http.Request, cause string, waited time.Duration) {
 	Write(w, ShapeOf(route.CleanPath(r), ""), Busy(a.BusyStatus, cause, waited, a.RetryAfter()))
+}
+
+// withOutlook is cause with what an LLM request arriving now can expect,
+// if that is known: "an image job; you would be 2nd in line, expected to
+// start in about 40 s".
+func (a Answers) withOutlook(cause string) string {
+	if a.Outlook == nil {
+		return cause
+	}
+	if o := a.Outlook(); o != "" {
+		return cause + "; " + o
+	}
+	return cause
+}
+
+// imageRetryAfter is the Retry-After of a busy answer to an image job.
+func (a Answers) imageRetryAfter() int {
+	if a.ImageRetryAfter != nil {
+		return a.ImageRetryAfter()
+	}
+	return a.RetryAfter()
 }
 
 // Seconds is a Retry-After in whole seconds, at least 1.
