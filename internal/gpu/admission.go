@@ -72,6 +72,11 @@ func (g *GPU) busyCause() string {
 	return "an image job"
 }
 
+// WaitCause names what keeps a waiting LLM request off the GPU now (as
+// a busy answer names it), for the notices it is sent while it waits
+// (wait_notice).
+func (g *GPU) WaitCause() string { return g.busyCause() }
+
 // RetryAfter is the Retry-After of a busy answer: fixed
 // (busy_retry_after), or with auto an estimate of when the GPU is free
 // for LLM use (def standing for a job before any has ended), between a
