@@ -288,3 +288,21 @@ func TestWaitNoticeOffInHandler(t *testing.T) {
 	}
 	h.waitIdle()
 }
+
+// llm_wait_timeout after the notices is the stream's last chunk, an
+// error the client returns.
+func TestWaitNoticeTimeout(t *testing.T) {
+	h := newHarness(t, harnessOptions{settings: "wait_notice 200ms\n\t\tllm_wait_timeout 1s"})
+	startImageJob(h, h.image)
+	base, _ := url.Parse(h.llm)
+	var s streamed
+	s.err = ollamaapi.NewClient(base, h.client).Chat(context.Background(), &ollamaapi.ChatRequest{Model: "llama3.2"}, func(r ollamaapi.ChatResponse) error {
+		s.add(r.Message.Thinking, r.Message.Content)
+		return nil
+	})
+	if s.err == nil || !strings.Contains(s.err.Error(), "waited 1s for the GPU, busy with an image job") || len(s.notices) < 2 || s.content != "" {
+		t.Fatalf("%+v (%v)", s, s.err)
+	}
+	h.interruptRunning(h.image)
+	h.waitIdle()
+}
