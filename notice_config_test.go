@@ -44,7 +44,7 @@ func TestWaitNoticeInvalid(t *testing.T) {
 	global := "{\n\tgpu_turnstile {\n\t\tollama http://127.0.0.1:11435\n\t}\n}\n"
 	for _, tc := range []struct {
 		name, input, want string
-		line             int
+		line              int
 	}{
 		{"global not a duration", "{\n\tgpu_turnstile {\n\t\tollama http://127.0.0.1:11435\n\t\twait_notice soon\n\t}\n}\n", `wait_notice: "soon"`, 4},
 		{"global too short", "{\n\tgpu_turnstile {\n\t\tollama http://127.0.0.1:11435\n\t\twait_notice 10ms\n\t}\n}\n", `wait_notice: "10ms"`, 4},
