@@ -57,7 +57,7 @@ func (sh *StatusHandler) turnstileName() string { return sh.Turnstile }
 // UnmarshalCaddyfile implements caddyfile.Unmarshaler (internal/config
 // reads the directive).
 func (hd *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	return tcfg.UnmarshalHandler(d, tcfg.HandlerFields{Class: &hd.Class, Turnstile: &hd.Turnstile, Engine: &hd.Engine, DuringJob: &hd.DuringJob})
+	return tcfg.UnmarshalHandler(d, tcfg.HandlerFields{Class: &hd.Class, Turnstile: &hd.Turnstile, Engine: &hd.Engine, DuringJob: &hd.DuringJob, WaitNotice: &hd.WaitNotice})
 }
 
 // UnmarshalCaddyfile implements caddyfile.Unmarshaler:

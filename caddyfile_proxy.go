@@ -24,7 +24,8 @@ func init() {
 // parseProxyDirective parses
 //
 //	gpu_turnstile_proxy [<matcher>] ENGINE {
-//		turnstile NAME
+//		turnstile   NAME
+//		wait_notice [INTERVAL|off]
 //		<reverse_proxy subdirectives, but to and dynamic>
 //	}
 //
@@ -56,7 +57,7 @@ func parseProxyDirective(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, e
 	if err != nil {
 		return nil, err
 	}
-	guard := &Handler{Turnstile: p.Turnstile, Engine: p.Engine.Text, EngineRoutes: true}
+	guard := &Handler{Turnstile: p.Turnstile, Engine: p.Engine.Text, EngineRoutes: true, WaitNotice: p.WaitNotice}
 	r := caddyhttp.Route{HandlersRaw: []json.RawMessage{
 		caddyconfig.JSONModuleObject(guard, "handler", "gpu_turnstile", nil),
 		caddyconfig.JSONModuleObject(rp, "handler", "reverse_proxy", nil),

@@ -2,12 +2,15 @@ package turnstile
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/admit"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/notice"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
 )
 
 // serveLLM serves a request that shares the GPU with other LLM requests:
@@ -21,25 +24,66 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 		ts.metrics.waitLLM.Observe(0)
 		return ts.forwardLLM(w, r, next)
 	}
-	served := ts.gpu.ServeLLM(r.Context(), gpu.LLMRun{
+	return h.waitLLM(w, r, next, c)
+}
+
+// waitLLM is serveLLM's path for a request that did not find the GPU
+// free at once. With wait_notice, a streaming chat request that waits is
+// sent notices (internal/notice) from when it starts to wait; after them
+// everything is written through the notices' writer, and a refusal or a
+// failure becomes the stream's last chunk.
+func (h *Handler) waitLLM(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, c *config) error {
+	ts := h.ts
+	body := &admit.LLMBody{Budget: &ts.budget, Limits: c.Limits(admit.LLMBodyLimit, ts.log()), W: w, R: r}
+	var n *notice.Wait
+	out := func() http.ResponseWriter {
+		if n != nil {
+			return n.Writer()
+		}
+		return w
+	}
+	run := gpu.LLMRun{
 		Reject: c.Reject, Wait: c.LLMWait, Arrival: admit.Arrival(r), DuringJob: h.DuringJob != "",
-		Body: &admit.LLMBody{Budget: &ts.budget, Limits: c.Limits(admit.LLMBodyLimit, ts.log()), W: w, R: r},
+		Body: body,
 		Forward: func(a *gpu.Answered) error {
 			if a == nil {
-				return next.ServeHTTP(w, r)
+				return next.ServeHTTP(out(), r)
 			}
-			out := &admit.Outcome{ResponseWriter: w}
-			defer func() { a.Status, a.Head = out.Result() }()
-			return next.ServeHTTP(out, r)
+			o := &admit.Outcome{ResponseWriter: out()}
+			defer func() { a.Status, a.Head = o.Result() }()
+			return next.ServeHTTP(o, r)
 		},
-	})
+	}
+	if every := h.noticeEvery(c); every > 0 {
+		if shape, ok := notice.For(route.CleanPath(r)); ok {
+			run.Waiting = func() func(bool) {
+				if n = notice.Start(w, shape, body.Whole(), every, ts.gpu, run.Arrival); n == nil {
+					return nil
+				}
+				return n.Waited
+			}
+		}
+	}
+	served := ts.gpu.ServeLLM(r.Context(), run)
 	if served.Answer == gpu.LLMDuringJob && h.DuringJob == "allow" {
 		ts.log().Info("LLM request let through during an image job (during_job allow)", zap.String("path", r.URL.Path))
 		return next.ServeHTTP(w, r)
 	}
-	reason, err := ts.answers(c).LLM(w, r, served)
+	reason, err := ts.answers(c).LLM(out(), r, served)
 	ts.metrics.busy(reason)
+	if n != nil {
+		return n.Finish(h.answerFailedForward(n.Writer(), r, route.LLM, err))
+	}
 	return err
+}
+
+// noticeEvery is the interval of wait_notice for this handler's requests
+// (0: off): its own, else its turnstile's.
+func (h *Handler) noticeEvery(c *config) time.Duration {
+	if h.noticeSet {
+		return h.notice
+	}
+	return c.WaitNotice
 }
 
 // forwardLLM is the fast path's forward: next with the shared place

@@ -19,6 +19,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -188,8 +189,17 @@ type Handler struct {
 	// waiting for the LLM and the LLM for the job.
 	DuringJob string `json:"during_job,omitempty"`
 
+	// WaitNotice overrides the turnstile's wait_notice for this handler's
+	// requests: "on" (every 5s), "off", or the interval between notices
+	// to a streaming chat request that waits for the GPU. Unset, the
+	// turnstile's applies.
+	WaitNotice string `json:"wait_notice,omitempty"`
+
 	class route.Class
-	ts    *turnstile
+	// notice is WaitNotice read (0: off), if noticeSet.
+	notice    time.Duration
+	noticeSet bool
+	ts        *turnstile
 	// routes is the kind whose routes are guarded, with engine_routes.
 	routes route.EngineRoutes
 	// guard and sampler check where guarded requests were proxied
@@ -217,6 +227,12 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	case "", "allow", "reject":
 	default:
 		return fmt.Errorf("gpu_turnstile: during_job %q is neither allow nor reject", h.DuringJob)
+	}
+	if h.WaitNotice != "" {
+		if h.notice, err = tcfg.ParseWaitNotice(h.WaitNotice); err != nil {
+			return fmt.Errorf("gpu_turnstile: %v", err)
+		}
+		h.noticeSet = true
 	}
 	var cfg *config
 	if h.ts, cfg, err = lookupTurnstile(ctx, h.Turnstile); err != nil {

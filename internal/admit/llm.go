@@ -1,6 +1,7 @@
 package admit
 
 import (
+	"io"
 	"net/http"
 	"time"
 
@@ -14,6 +15,8 @@ type LLMBody struct {
 	Limits Limits
 	W      http.ResponseWriter
 	R      *http.Request
+
+	ticket *Ticket // once admitted
 }
 
 // Admit implements gpu.Body (Budget.Admit).
@@ -22,8 +25,13 @@ func (b *LLMBody) Admit(deadline time.Time) (gpu.Ticket, error) {
 	if err != nil {
 		return nil, err
 	}
+	b.ticket = t
 	return llmTicket{t: t, r: b.R}, nil
 }
+
+// Whole is the body as read for the wait (Ticket.Whole): nil before
+// Admit, or if it was not read to its end.
+func (b *LLMBody) Whole() io.Reader { return b.ticket.Whole() }
 
 // llmTicket is an LLM request's Ticket as gpu.ServeLLM holds it.
 type llmTicket struct {

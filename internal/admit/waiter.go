@@ -3,6 +3,7 @@ package admit
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
@@ -108,4 +109,30 @@ func (t *Ticket) Head(limit int) []byte {
 		return nil
 	}
 	return t.body.head(limit)
+}
+
+// Whole returns a reader of the request's whole body as read for its
+// wait, for reading what the body asks for at any place in it (whether it
+// streams, which clients may write last); nil if none was read, or if the
+// body was not read to its end (the rest waits unread, past what the
+// wait may buffer). It copies nothing, and is read before the body is
+// forwarded.
+func (t *Ticket) Whole() io.Reader {
+	if t == nil || t.body == nil {
+		return nil
+	}
+	return t.body.whole()
+}
+
+func (wb *body) whole() io.Reader {
+	wb.mu.Lock()
+	defer wb.mu.Unlock()
+	if !wb.complete || len(wb.chunks) == 0 {
+		return nil
+	}
+	rs := make([]io.Reader, len(wb.chunks))
+	for i, c := range wb.chunks {
+		rs[i] = bytes.NewReader(c)
+	}
+	return io.MultiReader(rs...)
 }

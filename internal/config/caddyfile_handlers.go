@@ -9,7 +9,7 @@ import (
 
 // HandlerFields are where the gpu_turnstile directive's values go.
 type HandlerFields struct {
-	Class, Turnstile, Engine, DuringJob *string
+	Class, Turnstile, Engine, DuringJob, WaitNotice *string
 }
 
 // UnmarshalHandler parses the gpu_turnstile directive into hd:
@@ -18,6 +18,7 @@ type HandlerFields struct {
 //		turnstile  NAME
 //		engine     NAME
 //		during_job allow|reject
+//		wait_notice [INTERVAL|off]
 //	}
 func UnmarshalHandler(d *caddyfile.Dispenser, hd HandlerFields) error {
 	d.Next() // the directive's name
@@ -39,6 +40,12 @@ func UnmarshalHandler(d *caddyfile.Dispenser, hd HandlerFields) error {
 		dst, ok := options[opt]
 		if !ok {
 			return d.Errf("gpu_turnstile: unknown option %q", opt)
+		}
+		if opt == "wait_notice" {
+			if err := parseWaitNotice(d, dst); err != nil {
+				return err
+			}
+			continue
 		}
 		v, err := OneArg(d)
 		if err != nil {

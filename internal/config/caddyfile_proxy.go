@@ -15,6 +15,8 @@ type ProxyArgs struct {
 	Engine       caddyfile.Token // ENGINE
 	Turnstile    string
 	TurnstileTok caddyfile.Token // the turnstile option, if given
+	WaitNotice   string          // wait_notice, as the handler's field takes it
+	noticeTok    caddyfile.Token // the wait_notice option, if given
 	flush        bool            // the block sets flush_interval
 	// proxy are the tokens of a reverse_proxy directive: the directive's
 	// name, ENGINE (where the upstream goes), and the block without the
@@ -53,6 +55,16 @@ func ParseProxyArgs(d *caddyfile.Dispenser) (ProxyArgs, error) {
 				return p, ErrAt(seg[0], "turnstile: want `turnstile NAME`")
 			}
 			p.TurnstileTok, p.Turnstile = seg[0], seg[1].Text
+		case "wait_notice":
+			if p.noticeTok.Text != "" {
+				return p, ErrAt(seg[0], "wait_notice: given twice, on lines %d and %d", p.noticeTok.Line, seg[0].Line)
+			}
+			sd := caddyfile.NewDispenser(seg)
+			sd.Next()
+			if err := parseWaitNotice(sd, &p.WaitNotice); err != nil {
+				return p, err
+			}
+			p.noticeTok = seg[0]
 		case "to", "dynamic":
 			return p, ErrAt(seg[0], "gpu_turnstile_proxy: %s is not allowed: the upstream is the engine's URL from the global gpu_turnstile options (for another upstream, use gpu_turnstile and reverse_proxy)", seg.Directive())
 		case "flush_interval":

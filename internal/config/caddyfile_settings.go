@@ -123,6 +123,7 @@ var settingParsers = map[string]func(*caddyfile.Dispenser, *Settings) error{
 	},
 	"model_vram":  parseModelVRAM,
 	"co_resident": parseCoResident,
+	"wait_notice": func(d *caddyfile.Dispenser, s *Settings) error { return parseWaitNotice(d, &s.WaitNotice) },
 }
 
 // parseUpstream reads an engine's URL. An empty value (no argument, or an

@@ -52,6 +52,12 @@ type Settings struct {
 	// part of the wait. Default 10m.
 	LLMWaitTimeout caddy.Duration `json:"llm_wait_timeout,omitempty"`
 
+	// WaitNotice sends a streaming chat request that waits for the GPU
+	// notices in its own stream, every interval and at each change:
+	// "on" (every 5s), "off" (default), or the interval. A handler's
+	// wait_notice overrides it. Caddyfile: `wait_notice [INTERVAL|off]`.
+	WaitNotice string `json:"wait_notice,omitempty"`
+
 	// The longest an image job (a ComfyUI prompt, an A1111 request)
 	// waits for the GPU, counted from its arrival with its body's; past
 	// it the job is answered 503 in the engine's error shape, with

@@ -25,6 +25,7 @@ type Turnstile struct {
 	BusyStatus   int
 	RetryAfter   time.Duration
 	LLMWait      time.Duration
+	WaitNotice   time.Duration // wait_notice's interval; 0: off
 	ImageWait    time.Duration
 	CaptureLimit int64
 	WaitBuffer   int64 // wait_buffer_limit
@@ -42,7 +43,7 @@ func Validate(s Settings) (*Turnstile, error) {
 	c := &Turnstile{Settings: s}
 	c.GPU = gpu.Config{WarmModel: s.WarmModel, EarlyUnload: s.EarlyUnload, MaxImageStreak: s.MaxImageStreak, MinFreeVRAM: s.MinFreeVRAM}
 	for _, check := range []func(Settings, *Turnstile) error{
-		validateBusy, validateDurations, validateEngines, validateRoutes, validateLimits, validateVRAM, validateMemory, validateWarm, validatePresence,
+		validateBusy, validateDurations, validateEngines, validateRoutes, validateLimits, validateVRAM, validateMemory, validateWarm, validatePresence, validateNotice,
 	} {
 		if err := check(s, c); err != nil {
 			return nil, err

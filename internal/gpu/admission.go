@@ -75,6 +75,11 @@ func (g *GPU) busyCause() string {
 	return "an image job"
 }
 
+// WaitCause names what keeps a waiting LLM request off the GPU now (as
+// a busy answer names it), for the notices it is sent while it waits
+// (wait_notice).
+func (g *GPU) WaitCause() string { return g.busyCause() }
+
 // RetryAfter is the Retry-After of a busy answer to an LLM request:
 // fixed (busy_retry_after), or with auto the predicted wait of an LLM
 // request arriving now (Outlook), rounded up to the second, between a

@@ -24,6 +24,12 @@ type LLMRun struct {
 	// the answer there as it is written, for memory-aware admission, so
 	// that it is known even if the forward panics.
 	Forward func(a *Answered) error
+	// Waiting, if not nil, is called when the request, its body read,
+	// starts to wait for a shared place (not when it holds one at once or
+	// goes beside the running job). The func it returns, if not nil, is
+	// called once that wait has ended, the wait for memory included, with
+	// whether the GPU is now the request's: before Forward if it is.
+	Waiting func() (waited func(admitted bool))
 }
 
 // Body is what ServeLLM needs of a request's body (internal/admit
@@ -128,14 +134,19 @@ func (g *GPU) ServeLLM(ctx context.Context, run LLMRun) LLMServed {
 	defer t.Done()
 	waiter := t.Waiter()
 	ctx = WithWaiter(ctx, waiter)
+	var waited func(bool)
+	if way == wayWait && run.Waiting != nil {
+		waited = run.Waiting()
+	}
 	adm, served, ok := g.placeLLM(ctx, way, waiter.Model, deadline, t.StopWaiting)
+	if ok && adm == nil && g.memoryOn() {
+		adm, served, ok = g.admitMemory(ctx, run, waiter.Model, deadline, t.StopWaiting)
+	}
+	if waited != nil {
+		waited(ok)
+	}
 	if !ok {
 		return served
-	}
-	if adm == nil && g.memoryOn() {
-		if adm, served, ok = g.admitMemory(ctx, run, waiter.Model, deadline, t.StopWaiting); !ok {
-			return served
-		}
 	}
 	return g.forwardLLM(ctx, run.Forward, adm)
 }
