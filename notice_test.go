@@ -25,7 +25,7 @@ import (
 // clients, during an image job.
 
 var (
-	waitingText = regexp.MustCompile(`^waiting for the GPU: an image job is running \(\d+ s so far\)$`)
+	waitingText = regexp.MustCompile(`^waiting for the GPU: an image job is running \(\d+ s so far; 1st in line(, expected to start in (a moment|about \d+ (s|min)))?\)$`)
 	waitedText  = regexp.MustCompile(`^waited \d+ s for the GPU: an image job$`)
 )
 

@@ -80,6 +80,13 @@ func (g *GPU) busyCause() string {
 // (wait_notice).
 func (g *GPU) WaitCause() string { return g.busyCause() }
 
+// WaitOutlook is what a waiting LLM request can expect now (Outlook), for
+// its notices: its place in line and, if known, its predicted wait.
+func (g *GPU) WaitOutlook() (position int, wait time.Duration, known bool) {
+	o := g.Outlook(false)
+	return o.Position, o.Wait, o.Known
+}
+
 // RetryAfter is the Retry-After of a busy answer to an LLM request:
 // fixed (busy_retry_after), or with auto the predicted wait of an LLM
 // request arriving now (Outlook), rounded up to the second, between a

@@ -45,9 +45,12 @@ func TestRead(t *testing.T) {
 
 func TestText(t *testing.T) {
 	for st, want := range map[State]string{
-		{Cause: "an image job", Waited: 12500 * time.Millisecond}:         "waiting for the GPU: an image job is running (12 s so far)",
-		{Cause: "an external hold", Waited: 3 * time.Second}:              "waiting for the GPU: an external hold is in place (3 s so far)",
-		{Cause: "an image job", Waited: 12 * time.Second, Admitted: true}: "waited 12 s for the GPU: an image job",
+		{Cause: "an image job", Waited: 12500 * time.Millisecond}:                                                  "waiting for the GPU: an image job is running (12 s so far)",
+		{Cause: "an external hold", Waited: 3 * time.Second}:                                                       "waiting for the GPU: an external hold is in place (3 s so far)",
+		{Cause: "an image job", Waited: 12 * time.Second, Admitted: true}:                                          "waited 12 s for the GPU: an image job",
+		{Cause: "an image job", Waited: time.Second, Position: 2}:                                                  "waiting for the GPU: an image job is running (1 s so far; 2nd in line)",
+		{Cause: "an image job", Waited: time.Second, Position: 1, Known: true, Expected: 39200 * time.Millisecond}: "waiting for the GPU: an image job is running (1 s so far; 1st in line, expected to start in about 40 s)",
+		{Cause: "an image job", Position: 3, Known: true, Expected: 150 * time.Second}:                             "waiting for the GPU: an image job is running (0 s so far; 3rd in line, expected to start in about 3 min)",
 	} {
 		if got := Text(st); got != want {
 			t.Errorf("%+v: %q, want %q", st, got, want)
@@ -58,8 +61,9 @@ func TestText(t *testing.T) {
 // source is a GPU that never changes.
 type source struct{}
 
-func (source) Changed() <-chan struct{} { return make(chan struct{}) }
-func (source) WaitCause() string        { return "an image job" }
+func (source) Changed() <-chan struct{}                { return make(chan struct{}) }
+func (source) WaitCause() string                       { return "an image job" }
+func (source) WaitOutlook() (int, time.Duration, bool) { return 0, 0, false }
 
 // A refusal after the head is the stream's last chunk, in the API's
 // error shape; the refusal's own head goes nowhere.

@@ -15,6 +15,11 @@ type State struct {
 	Waited time.Duration
 	// Admitted: the GPU is the request's now, its wait is over.
 	Admitted bool
+	// Position is the request's place in line (0: not known), and
+	// Expected, if Known, how long until it is predicted to start.
+	Position int
+	Expected time.Duration
+	Known    bool
 }
 
 // Text is a notice's text. It is read in the chat's reasoning block,
@@ -25,7 +30,49 @@ func Text(s State) string {
 	if s.Admitted {
 		return fmt.Sprintf("waited %d s for the GPU: %s", secs, s.Cause)
 	}
-	return fmt.Sprintf("waiting for the GPU: %s %s (%d s so far)", s.Cause, holding(s.Cause), secs)
+	return fmt.Sprintf("waiting for the GPU: %s %s (%d s so far%s)", s.Cause, holding(s.Cause), secs, outlook(s))
+}
+
+// outlook is the place in line and the expected start, as a notice adds
+// them: "; 2nd in line, expected to start in about 40 s".
+func outlook(s State) string {
+	if s.Position == 0 {
+		return ""
+	}
+	out := fmt.Sprintf("; %s in line", ordinal(s.Position))
+	if s.Known {
+		out += ", expected to start in " + about(s.Expected)
+	}
+	return out
+}
+
+// ordinal writes n as 1st, 2nd, 3rd, 4th, 11th, 21st.
+func ordinal(n int) string {
+	suffix := "th"
+	if n%100 < 11 || n%100 > 13 {
+		switch n % 10 {
+		case 1:
+			suffix = "st"
+		case 2:
+			suffix = "nd"
+		case 3:
+			suffix = "rd"
+		}
+	}
+	return fmt.Sprintf("%d%s", n, suffix)
+}
+
+// about writes a predicted wait in words: "a moment", "about 40 s",
+// "about 3 min".
+func about(d time.Duration) string {
+	switch s := int((d + time.Second - 1) / time.Second); {
+	case s < 1:
+		return "a moment"
+	case s < 90:
+		return fmt.Sprintf("about %d s", s)
+	default:
+		return fmt.Sprintf("about %d min", (s+59)/60)
+	}
 }
 
 // holding is what the cause does to the GPU, in a notice.
@@ -37,8 +84,8 @@ func holding(cause string) string {
 }
 
 // sameText reports whether a and b give the same notice but for the time
-// waited: a change of the GPU that changes neither is not told.
+// waited and the expected start (which the next timed notice updates): a
+// change of the GPU that changes neither is not told at once.
 func sameText(a, b State) bool {
-	a.Waited, b.Waited = 0, 0
-	return a == b
+	return a.Cause == b.Cause && a.Admitted == b.Admitted && a.Position == b.Position
 }

@@ -12,6 +12,10 @@ type Source interface {
 	Changed() <-chan struct{}
 	// WaitCause names what keeps a waiting LLM request off the GPU now.
 	WaitCause() string
+	// WaitOutlook is what a waiting LLM request can expect now: its
+	// place in line (0 if not known) and, if known, how long until it
+	// starts.
+	WaitOutlook() (position int, wait time.Duration, known bool)
 }
 
 // minGap bounds how often a change of the GPU is told: changes come in
@@ -63,7 +67,9 @@ func Start(w http.ResponseWriter, s Shape, body io.Reader, every time.Duration, 
 
 // state is the wait's state now.
 func (n *Wait) state() State {
-	return State{Cause: n.src.WaitCause(), Waited: time.Since(n.arrival)}
+	st := State{Cause: n.src.WaitCause(), Waited: time.Since(n.arrival)}
+	st.Position, st.Expected, st.Known = n.src.WaitOutlook()
+	return st
 }
 
 // loop sends the notices after the first until stop.
