@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -62,16 +63,7 @@ func comfyFrontendSite(t *testing.T) string {
 		t.Fatal(err)
 	}
 	stub := t.TempDir()
-	files := map[string]string{"scripts/app.js": stubAppJS, "scripts/api.js": stubAPIJS, "tab.html": stubTabHTML}
-	for name, text := range files {
-		p := filepath.Join(stub, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeStubFrontend(t, stub)
 	return fmt.Sprintf(`handle_path /extensions/comfyui-gpu-turnstile/* {
 		root * %q
 		file_server
@@ -84,6 +76,54 @@ func comfyFrontendSite(t *testing.T) string {
 		root * %q
 		file_server
 	}`, js, stub, stub)
+}
+
+// writeStubFrontend writes the stub frontend into dir.
+func writeStubFrontend(t *testing.T, dir string) {
+	t.Helper()
+	files := map[string]string{"scripts/app.js": stubAppJS, "scripts/api.js": stubAPIJS, "tab.html": stubTabHTML}
+	for name, text := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// extensionNode is the folder name the extension has under ComfyUI's
+// custom_nodes, which names its /extensions/ path.
+const extensionNode = "comfyui-gpu-turnstile"
+
+// installExtension puts the extension under the real ComfyUI's
+// custom_nodes (loaded through --whitelist-custom-nodes, as the others
+// are disabled) and the stub frontend in its --front-end-root, before
+// ComfyUI starts.
+func (rc *realComfy) installExtension(t *testing.T) {
+	t.Helper()
+	writeStubFrontend(t, filepath.Join(rc.dir, "front"))
+	if err := os.CopyFS(filepath.Join(rc.dir, "base", "custom_nodes", extensionNode), os.DirFS(filepath.Join("examples", extensionNode))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testExtension: the real ComfyUI serves the extension's JS from
+// /extensions/ through Caddy, and it shows the banner for its own tab's
+// waiting prompt only.
+func (rc *realComfy) testExtension(t *testing.T) {
+	if browsertest.Find() == "" {
+		t.Skip("no Chromium found (Debian package chromium); .ci/run installs it")
+	}
+	h, _ := rc.harness(t, "")
+	if r := h.do("GET", h.image+"/extensions/"+extensionNode+"/gpu_turnstile.js", ""); r.status != 200 || !strings.Contains(r.body, "registerExtension") {
+		t.Fatalf("ComfyUI does not serve the extension: %d %.200s", r.status, r.body)
+	}
+	checkExtension(t, h, func(ctx context.Context, client string) <-chan result {
+		b, _ := json.Marshal(map[string]any{"prompt": quickJob.workflow(rc.color()), "client_id": client})
+		return h.postAsync(ctx, h.image+"/api/prompt", string(b))
+	})
 }
 
 func clientHashOf(id string) string {
@@ -101,8 +141,18 @@ func TestComfyUIExtension(t *testing.T) {
 		t.Skip("no Chromium found (Debian package chromium); .ci/run installs it")
 	}
 	h := newHarness(t, harnessOptions{site: comfyFrontendSite(t)})
-	ctx, problems := browsertest.New(t)
 	h.waitIdle()
+	checkExtension(t, h, func(ctx context.Context, client string) <-chan result {
+		return h.postAsync(ctx, h.image+"/api/prompt", strings.Replace(promptBody(10), `"client_id":"browser"`, `"client_id":"`+client+`"`, 1))
+	})
+}
+
+// checkExtension loads the extension from h's image site in two tabs and
+// follows them while the GPU is free, while one tab's prompt (queued by
+// prompt with its client id) waits behind a hold, while both wait, and
+// once both have run.
+func checkExtension(t *testing.T, h *harness, prompt func(ctx context.Context, client string) <-chan result) {
+	ctx, problems := browsertest.New(t)
 	tabA, cancelA := chromedp.NewContext(ctx)
 	defer cancelA()
 	tabB, cancelB := chromedp.NewContext(ctx)
@@ -121,18 +171,15 @@ func TestComfyUIExtension(t *testing.T) {
 	b.noBanner("the GPU is free")
 
 	hold := h.takeHold(t, "test", "1m")
-	ctx2, cancel := context.WithCancel(context.Background())
+	pctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	prompt := func(client string) <-chan result {
-		return h.postAsync(ctx2, h.image+"/api/prompt", strings.Replace(promptBody(10), `"client_id":"browser"`, `"client_id":"`+client+`"`, 1))
-	}
-	answerA := prompt("tab-a")
+	answerA := prompt(pctx, "tab-a")
 	h.waitStatus("tab A's prompt waiting", func(st Status) bool { return len(st.Waiters) == 1 })
 	a.banner("Your prompt waits for the GPU: a hold (test), 1st in line")
 	b.poll("tab B renders tab A's prompt waiting", `(ext.seen.rendered?.waiters ?? []).length === 1`)
 	b.noBanner("only tab A's prompt waits")
 
-	answerB := prompt("tab-b")
+	answerB := prompt(pctx, "tab-b")
 	h.waitStatus("both prompts waiting", func(st Status) bool { return len(st.Waiters) == 2 })
 	b.banner("Your prompt waits for the GPU: a hold (test), 2nd in line")
 	a.banner("Your prompt waits for the GPU: a hold (test), 1st in line")

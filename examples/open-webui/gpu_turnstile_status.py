@@ -75,8 +75,9 @@ class Filter:
         __model__: Optional[dict] = None,
     ) -> dict:
         key = _message_id(__metadata__, body)
-        if __event_emitter__ is None or key is None:
-            return body  # an API call: nobody to show a status to
+        if __event_emitter__ is None or key is None or (__metadata__ or {}).get("task"):
+            return body  # an API call or a background task: nobody to show a status to
+        self._prune()
         self._end(key)
         f = _Follow(self, key, _model_of(body, __model__), time.time(), __event_emitter__)
         self._follows[key] = f
@@ -101,6 +102,13 @@ class Filter:
         f = self._end(key)
         if f is not None:
             await f.close()
+
+    def _prune(self) -> None:
+        """Forgets the messages whose answer never came (an error before
+        its first chunk, a client gone) once they are past follow_seconds."""
+        old = time.time() - self.valves.follow_seconds
+        for key in [k for k, f in self._follows.items() if f.made < old]:
+            self._end(key)
 
     def _end(self, key: str) -> Optional["_Follow"]:
         f = self._follows.pop(key, None)

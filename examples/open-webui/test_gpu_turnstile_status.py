@@ -221,6 +221,18 @@ class TestUnits(unittest.IsolatedAsyncioTestCase):
         body = chat_body("m")
         self.assertIs(await f.inlet(body, __metadata__={"message_id": "x"}), body)
         self.assertEqual(f._follows, {})
+        rec = Recorder()
+        await f.inlet(body, __event_emitter__=rec, __metadata__={"message_id": "x", "task": "title_generation"})
+        self.assertEqual((f._follows, rec.statuses), ({}, []))
+
+    async def test_forgets_answers_that_never_came(self):
+        f = gts.Filter()
+        f.valves.status_url = "http://127.0.0.1:9/healthz"  # nothing listens: the follow ends
+        await f.inlet(chat_body("m"), __event_emitter__=Recorder(), __metadata__={"message_id": "old"})
+        f._follows["old"].made -= f.valves.follow_seconds + 1
+        await f.inlet(chat_body("m"), __event_emitter__=Recorder(), __metadata__={"message_id": "new"})
+        self.assertEqual(list(f._follows), ["new"])
+        f._end("new")
 
 
 if __name__ == "__main__":
