@@ -116,6 +116,12 @@ func (rc *realComfy) testExtension(t *testing.T) {
 	if browsertest.Find() == "" {
 		t.Skip("no Chromium found (Debian package chromium); .ci/run installs it")
 	}
+	rc.mu.Lock()
+	log := rc.log.tail(2000)
+	rc.mu.Unlock()
+	if !strings.Contains(log, "custom_nodes/"+extensionNode) || strings.Contains(log, "IMPORT FAILED") || strings.Contains(log, "NODE_CLASS_MAPPINGS") {
+		t.Fatalf("ComfyUI did not load the extension's node cleanly:\n%s", log)
+	}
 	h, _ := rc.harness(t, "")
 	if r := h.do("GET", h.image+"/extensions/"+extensionNode+"/gpu_turnstile.js", ""); r.status != 200 || !strings.Contains(r.body, "registerExtension") {
 		t.Fatalf("ComfyUI does not serve the extension: %d %.200s", r.status, r.body)
