@@ -20,6 +20,7 @@ requirements:
 # Standard library only, and the pydantic that Open WebUI provides.
 
 import asyncio
+import base64
 import json
 import re
 import ssl
@@ -299,8 +300,14 @@ async def _events(url: str):
     try:
         path = (u.path or "/") + ("?" + u.query if u.query else "")
         host = u.netloc.rpartition("@")[2]
+        auth = ""
+        if u.username is not None:  # basic_auth in front of the status route
+            token = base64.b64encode(
+                f"{urllib.parse.unquote(u.username)}:{urllib.parse.unquote(u.password or '')}".encode()
+            ).decode()
+            auth = f"Authorization: Basic {token}\r\n"
         writer.write(
-            f"GET {path} HTTP/1.0\r\nHost: {host}\r\nAccept: text/event-stream\r\nCache-Control: no-store\r\n\r\n".encode()
+            f"GET {path} HTTP/1.0\r\nHost: {host}\r\n{auth}Accept: text/event-stream\r\nCache-Control: no-store\r\n\r\n".encode()
         )
         await writer.drain()
         head = (await reader.readline()).decode("latin-1").split()

@@ -216,6 +216,28 @@ class TestUnits(unittest.IsolatedAsyncioTestCase):
         self.assertIsNone(fo.describe({"state": "idle", "waiters": []}))
         self.assertTrue(fo.gone)
 
+    async def test_events_over_http_1_0(self):
+        seen = []
+
+        async def serve(reader, writer):
+            while (line := await reader.readline()) not in (b"\r\n", b""):
+                seen.append(line.decode().strip())
+            writer.write(b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
+                         b"retry: 2000\n\nevent: step\ndata: {}\n\n: keep-alive\n\n"
+                         b'event: status\ndata: {"state":"image"}\n\n')
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            got = [st async for st in gts._events(f"http://ops:p%40ss@127.0.0.1:{port}/healthz?x=1")]
+        self.assertEqual(got, [{"state": "image"}])
+        self.assertEqual(seen[0], "GET /healthz?x=1 HTTP/1.0")
+        self.assertIn("Accept: text/event-stream", seen)
+        self.assertIn("Authorization: Basic b3BzOnBAc3M=", seen)  # ops:p@ss
+        self.assertIn(f"Host: 127.0.0.1:{port}", seen)
+
     async def test_no_emitter_no_status(self):
         f = gts.Filter()
         body = chat_body("m")
