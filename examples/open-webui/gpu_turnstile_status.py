@@ -3,7 +3,6 @@ title: GPU turnstile status
 description: Says under a chat why its answer waits for the GPU (an image job, a hold, another model) and for about how long, from the turnstile's live status. It never waits itself.
 version: 1.0.0
 license: Apache-2.0
-requirements:
 """
 
 # An Open WebUI filter function for caddy-gpu-turnstile. Its inlet returns
