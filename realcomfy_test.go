@@ -71,6 +71,7 @@ func TestRealComfyUI(t *testing.T) {
 	t.Run("NodeErrors", rc.testNodeErrors)
 	t.Run("WorkQueuedDirectly", rc.testForeign)
 	t.Run("JobTimeoutInterrupts", rc.testJobTimeout)
+	t.Run("ExtensionShowsTheTabsWait", rc.testExtension)
 	t.Run("RestartReleases", rc.testRestart) // last: it restarts ComfyUI
 }
 
@@ -457,6 +458,7 @@ func startRealComfy(t *testing.T, src string) *realComfy {
 	if err := os.WriteFile(filepath.Join(rc.dir, "front", "index.html"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	rc.installExtension(t)
 	if v, err := os.ReadFile(filepath.Join(src, "comfyui_version.py")); err == nil {
 		t.Logf("ComfyUI at %s: %s", src, strings.TrimSpace(lastLine(string(v))))
 	}
@@ -509,7 +511,7 @@ func (rc *realComfy) start(t *testing.T) {
 		pythonPath += string(os.PathListSeparator) + old
 	}
 	cmd := exec.Command(rc.python, "main.py", "--cpu", "--listen", "127.0.0.1", "--port", fmt.Sprint(rc.port),
-		"--disable-all-custom-nodes", "--disable-api-nodes",
+		"--disable-all-custom-nodes", "--whitelist-custom-nodes", extensionNode, "--disable-api-nodes",
 		"--base-directory", filepath.Join(rc.dir, "base"), "--database-url", "sqlite:///:memory:",
 		"--front-end-root", filepath.Join(rc.dir, "front"))
 	cmd.Dir = rc.src

@@ -21,11 +21,13 @@ const maxModelShown = 256
 // Waiter is what the status shows of r while it waits for the GPU: its
 // path and, for LLM work, the model it names (?model=, or the top-level
 // "model" within the first 64 KiB of a JSON body, which is already in
-// memory for the wait). Nothing else of the body is kept. A nil ticket
+// memory for the wait); for an image job, the hash of the client_id its
+// body names (ClientHash). Nothing else of the body is kept. A nil ticket
 // has no body.
 func (t *Ticket) Waiter(r *http.Request, llm bool) gpu.Waiter {
 	w := gpu.Waiter{Path: r.URL.Path}
 	if !llm {
+		w.Client = ClientHash(bodyClient(t.Head(ImageBodyLimit)))
 		return w
 	}
 	w.Model = r.URL.Query().Get("model")

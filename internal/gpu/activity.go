@@ -51,6 +51,10 @@ type Waiter struct {
 	Path  string // the request's path
 	Model string // the model the request names, if known without reading more of it
 	Owner string // a hold's owner
+	// Client is an image job's client as a hash of the client_id its body
+	// names (admit.ClientHash), never the id itself: a ComfyUI tab finds
+	// its own prompt by it.
+	Client string
 	// Force is a hold's "force": the LLM engines' processes left alive
 	// or unseen do not keep the GPU from it (the operator says they hold
 	// nothing).
@@ -86,6 +90,8 @@ type WaiterStatus struct {
 	// was measured here (Status.Learned); null when that cannot be
 	// predicted.
 	ExpectedStart *time.Time `json:"expected_start"`
+	// Client is an image waiter's Waiter.Client.
+	Client string `json:"client,omitempty"`
 }
 
 // maxWaitersShown bounds the waiters the status lists: the oldest are the
@@ -175,6 +181,7 @@ func (a *activity) waiterList() []WaiterStatus {
 	for i, id := range ids {
 		w := a.waiters[id]
 		out[i] = WaiterStatus{Kind: w.kind.String(), Since: w.since, Path: w.Path, Model: w.Model, Owner: w.Owner, WaitingFor: w.waitingFor}
+		out[i].Client = w.Client
 	}
 	return out
 }
