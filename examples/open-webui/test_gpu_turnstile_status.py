@@ -148,21 +148,25 @@ class TestAgainstTheTurnstile(unittest.IsolatedAsyncioTestCase):
         f = gts.Filter()
         f.valves.status_url = STATUS_URL
         recs, chats, metas = [], [], []
-        for i, position in enumerate(["1st", "2nd"]):
+        for i in range(2):
             rec, meta, body = Recorder(), {"message_id": f"m{i}"}, chat_body("llama3.2")
             await f.inlet(body, __event_emitter__=rec, __metadata__=meta)
             chats.append(Chat(body))
-            await rec.wait_for(f"of request {i} in line", waiting(position))
+            # LLM requests are let in together: both are next in line.
+            await rec.wait_for(f"of request {i} in line", waiting("1st"))
             recs.append(rec)
             metas.append(meta)
         await control("end")
-        for chat, meta in zip(chats, metas):
-            chunk = await chat.first_chunk()
-            await f.stream(chunk, __metadata__=meta)
-            await chat.rest()
-        for rec, other in zip(recs, ["2nd", "1st"]):
+        first = await chats[0].first_chunk()
+        await f.stream(first, __metadata__=metas[0])
+        self.assertTrue(recs[0].statuses[-1]["done"], recs[0].descriptions())
+        self.assertFalse(recs[1].statuses[-1]["done"], "the other request's status ended with this one's answer")
+        await chats[0].rest()
+        await f.stream(await chats[1].first_chunk(), __metadata__=metas[1])
+        await chats[1].rest()
+        for rec in recs:
             self.assertTrue(rec.statuses[-1]["done"], rec.descriptions())
-            self.assertFalse(any(f" {other} in line" in d for d in rec.descriptions()), rec.descriptions())
+            self.assertEqual(sum(1 for s in rec.statuses if s["done"]), 1, rec.descriptions())
 
     async def test_hidden_when_the_gpu_is_free(self):
         f = gts.Filter()
