@@ -56,8 +56,12 @@ func (h *Handler) waitLLM(w http.ResponseWriter, r *http.Request, next caddyhttp
 	}
 	if every := h.noticeEvery(c); every > 0 {
 		if shape, ok := notice.For(route.CleanPath(r)); ok {
-			run.Waiting = func() func(bool) {
-				if n = notice.Start(w, shape, body.Whole(), every, ts.gpu, run.Arrival); n == nil {
+			run.Waiting = func(memory func() string) func(bool) {
+				var src notice.Source = ts.gpu
+				if memory != nil {
+					src = notice.ForMemory(ts.gpu, memory)
+				}
+				if n = notice.Start(w, shape, body.Whole(), every, src, run.Arrival); n == nil {
 					return nil
 				}
 				return n.Waited

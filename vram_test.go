@@ -2,7 +2,9 @@ package turnstile
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -236,5 +238,60 @@ func TestCoResidentDuringARender(t *testing.T) {
 	}
 	if n := h.metric(t, `gpu_turnstile_coresident_total{turnstile="default"}`); n < 1 {
 		t.Fatalf("gpu_turnstile_coresident_total %v", n)
+	}
+}
+
+// With wait_notice, a streaming chat that has its place but waits for
+// video memory is told so in its own stream, then gets its answer.
+func TestVRAMWaitIsNoticed(t *testing.T) {
+	h := vramHarness(t, "model_vram qwen3:8b 12GiB\n\t\twait_notice 200ms")
+	h.waitStatus("a first reading", func(st Status) bool { return st.VRAM != nil && !st.VRAM.Stale })
+	game := h.gpu.Foreign("game", 4242, 16*gib)
+	h.waitStatus("the game read", func(st Status) bool { return st.VRAM.FreeBytes == 8*gib })
+
+	resp, err := h.client.Post(h.llm+"/api/chat", "application/json", strings.NewReader(chatBody("qwen3:8b", true)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	lines := make(chan map[string]any)
+	go func() {
+		defer close(lines)
+		dec := json.NewDecoder(resp.Body)
+		for {
+			var m map[string]any
+			if dec.Decode(&m) != nil {
+				return
+			}
+			lines <- m
+		}
+	}()
+	thinking := func(m map[string]any) string {
+		msg, _ := m["message"].(map[string]any)
+		s, _ := msg["thinking"].(string)
+		return s
+	}
+	var first map[string]any
+	select {
+	case first = <-lines:
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing in the stream while the chat waits for memory")
+	}
+	if n := thinking(first); !strings.HasPrefix(n, "waiting for video memory: too little free video memory for qwen3:8b") {
+		t.Fatalf("first line %v; want a notice of the memory wait", first)
+	}
+	game()
+	var last string
+	var content strings.Builder
+	for m := range lines {
+		if n := thinking(m); n != "" {
+			last = n
+		}
+		msg, _ := m["message"].(map[string]any)
+		c, _ := msg["content"].(string)
+		content.WriteString(c)
+	}
+	if !regexp.MustCompile(`^waited \d+ s for video memory$`).MatchString(last) || content.Len() == 0 {
+		t.Fatalf("last notice %q, answer %q", last, content.String())
 	}
 }

@@ -25,11 +25,13 @@ type LLMRun struct {
 	// that it is known even if the forward panics.
 	Forward func(a *Answered) error
 	// Waiting, if not nil, is called when the request, its body read,
-	// starts to wait for a shared place (not when it holds one at once or
-	// goes beside the running job). The func it returns, if not nil, is
-	// called once that wait has ended, the wait for memory included, with
-	// whether the GPU is now the request's: before Forward if it is.
-	Waiting func() (waited func(admitted bool))
+	// starts to wait: for a shared place (not when it holds one at once or
+	// goes beside the running job), or, having one, for video memory
+	// (vram_admission). memory, if not nil, names what it waits for in
+	// the latter case. The func it returns, if not nil, is called once
+	// the wait has ended, the wait for memory included, with whether the
+	// GPU is now the request's: before Forward if it is.
+	Waiting func(memory func() string) (waited func(admitted bool))
 }
 
 // Body is what ServeLLM needs of a request's body (internal/admit
@@ -136,11 +138,16 @@ func (g *GPU) ServeLLM(ctx context.Context, run LLMRun) LLMServed {
 	ctx = WithWaiter(ctx, waiter)
 	var waited func(bool)
 	if way == wayWait && run.Waiting != nil {
-		waited = run.Waiting()
+		waited = run.Waiting(nil)
 	}
 	adm, served, ok := g.placeLLM(ctx, way, waiter.Model, deadline, t.StopWaiting)
 	if ok && adm == nil && g.memoryOn() {
-		adm, served, ok = g.admitMemory(ctx, run, waiter.Model, deadline, t.StopWaiting)
+		mctx := ctx
+		if waited == nil && run.Waiting != nil {
+			cause := func() string { return g.memoryCause(waiter.Model) }
+			mctx = onMemoryWait(ctx, func() { waited = run.Waiting(cause) })
+		}
+		adm, served, ok = g.admitMemory(mctx, run, waiter.Model, deadline, t.StopWaiting)
 	}
 	if waited != nil {
 		waited(ok)

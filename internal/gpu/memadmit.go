@@ -67,6 +67,7 @@ func (g *GPU) AdmitModel(ctx context.Context, model string, deadline time.Time, 
 			}
 			if since.IsZero() {
 				since = time.Now()
+				memoryWaitBegins(ctx)
 			}
 			stopWaiting, waitingFor = g.waitFor(ctx, lock.LLM, since, what), what
 		}
@@ -164,4 +165,19 @@ func (g *GPU) memoryCause(model string) string {
 		return "video memory"
 	}
 	return g.mem.ledger.Cause(c.Memory.rules(), model, time.Now())
+}
+
+type memoryWaitKey struct{}
+
+// onMemoryWait has f called, in AdmitModel's goroutine, when the request
+// whose context it is begins to wait for memory (ServeLLM's notices).
+func onMemoryWait(ctx context.Context, f func()) context.Context {
+	return context.WithValue(ctx, memoryWaitKey{}, f)
+}
+
+// memoryWaitBegins calls what onMemoryWait gave ctx, if anything.
+func memoryWaitBegins(ctx context.Context) {
+	if f, ok := ctx.Value(memoryWaitKey{}).(func()); ok {
+		f()
+	}
 }

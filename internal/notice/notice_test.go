@@ -48,6 +48,8 @@ func TestText(t *testing.T) {
 		{Cause: "an image job", Waited: 12500 * time.Millisecond}:                                                  "waiting for the GPU: an image job is running (12 s so far)",
 		{Cause: "an external hold", Waited: 3 * time.Second}:                                                       "waiting for the GPU: an external hold is in place (3 s so far)",
 		{Cause: "an image job", Waited: 12 * time.Second, Admitted: true}:                                          "waited 12 s for the GPU: an image job",
+		{Cause: memoryPrefix + "too little free video memory for qwen3:8b", Waited: 2 * time.Second}:               "waiting for video memory: too little free video memory for qwen3:8b (2 s so far)",
+		{Cause: memoryPrefix + "x", Waited: 4 * time.Second, Admitted: true}:                                       "waited 4 s for video memory",
 		{Cause: "an image job", Waited: time.Second, Position: 2}:                                                  "waiting for the GPU: an image job is running (1 s so far; 2nd in line)",
 		{Cause: "an image job", Waited: time.Second, Position: 1, Known: true, Expected: 39200 * time.Millisecond}: "waiting for the GPU: an image job is running (1 s so far; 1st in line, expected to start in about 40 s)",
 		{Cause: "an image job", Position: 3, Known: true, Expected: 150 * time.Second}:                             "waiting for the GPU: an image job is running (0 s so far; 3rd in line, expected to start in about 3 min)",

@@ -2,8 +2,13 @@ package notice
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
+
+// memoryPrefix marks a cause that is a lack of video memory (ForMemory),
+// which a notice words as such.
+const memoryPrefix = "memory: "
 
 // State is what a notice tells of a request's wait: the one input of
 // its text (Text).
@@ -27,6 +32,12 @@ type State struct {
 // waited for and how long: "waited 12 s for the GPU: an image job".
 func Text(s State) string {
 	secs := int(s.Waited / time.Second)
+	if lack, ok := strings.CutPrefix(s.Cause, memoryPrefix); ok {
+		if s.Admitted {
+			return fmt.Sprintf("waited %d s for video memory", secs)
+		}
+		return fmt.Sprintf("waiting for video memory: %s (%d s so far)", lack, secs)
+	}
 	if s.Admitted {
 		return fmt.Sprintf("waited %d s for the GPU: %s", secs, s.Cause)
 	}

@@ -18,6 +18,20 @@ type Source interface {
 	WaitOutlook() (position int, wait time.Duration, known bool)
 }
 
+// ForMemory is src for a request that waits for video memory
+// (vram_admission) rather than for a place: cause names what it lacks,
+// and its place in line is not told.
+func ForMemory(src Source, cause func() string) Source { return memorySource{src, cause} }
+
+type memorySource struct {
+	Source
+	cause func() string
+}
+
+func (m memorySource) WaitCause() string { return memoryPrefix + m.cause() }
+
+func (m memorySource) WaitOutlook() (int, time.Duration, bool) { return 0, 0, false }
+
 // minGap bounds how often a change of the GPU is told: changes come in
 // bursts, and a notice that says the same is not sent at all.
 const minGap = 250 * time.Millisecond
