@@ -47,6 +47,7 @@ func skipContainer(doc []byte, i int) int {
 				return -1
 			}
 			if c := doc[i]; (object && c == '}') || (!object && c == ']') {
+				n.depth--
 				i++
 				break // an empty container: a value whole
 			}

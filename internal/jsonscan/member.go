@@ -15,12 +15,12 @@ func Member(doc []byte, name string) (raw []byte, ok bool) {
 		return nil, false
 	}
 	for {
-		key, val, end := nextMember(doc, i)
+		keyEnd, val, end := nextMember(doc, i)
 		if end < 0 {
 			return nil, false
 		}
-		if keyIs(doc[key:val], name) {
-			return memberValue(doc, skipSpace(doc, val+1), end)
+		if keyIs(doc[i:keyEnd], name) {
+			return memberValue(doc, val, end)
 		}
 		i = skipSpace(doc, end)
 		if i >= len(doc) || doc[i] != ',' {
@@ -31,21 +31,22 @@ func Member(doc []byte, name string) (raw []byte, ok bool) {
 }
 
 // nextMember reads the member starting at doc[i] (its name's opening
-// quote): the name spans doc[i:colon], and its value ends before end.
-// end is -1 if the member is malformed or cut short.
-func nextMember(doc []byte, i int) (key, colon, end int) {
+// quote): the name spans doc[i:keyEnd], and its value doc[val:end]. end
+// is -1 if the member is malformed or cut short.
+func nextMember(doc []byte, i int) (keyEnd, val, end int) {
 	if i >= len(doc) || doc[i] != '"' {
 		return 0, 0, -1
 	}
-	k := skipString(doc, i)
-	if k < 0 {
+	keyEnd = skipString(doc, i)
+	if keyEnd < 0 {
 		return 0, 0, -1
 	}
-	colon = skipSpace(doc, k)
+	colon := skipSpace(doc, keyEnd)
 	if colon >= len(doc) || doc[colon] != ':' {
 		return 0, 0, -1
 	}
-	return i, k, skipValue(doc, skipSpace(doc, colon+1))
+	val = skipSpace(doc, colon+1)
+	return keyEnd, val, skipValue(doc, val)
 }
 
 // memberValue is the value doc[start:end] of the member asked for, if
