@@ -28,7 +28,7 @@ func openAIBody() string {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString(`{"role":"user","content":"` + strings.Repeat("Lorem ipsum dolor sit amet, \"consectetur\" adipiscing elit.\n", 10) + `"}`)
+		b.WriteString(`{"role":"user","content":"` + strings.Repeat(`Lorem ipsum dolor sit amet, \"consectetur\" adipiscing elit.\n`, 10) + `"}`)
 	}
 	b.WriteString(`],"temperature":0.2,"stream":true}`)
 	return b.String()

@@ -33,6 +33,10 @@ func FuzzMember(f *testing.F) {
 		if ok {
 			checkString(t, raw)
 		}
+		first := bytes.TrimLeft(doc, " \t\r\n")
+		if obj, want := Object(doc), json.Valid(doc) && first[0] == '{'; obj != want {
+			t.Fatalf("Object(%q) = %v; encoding/json: %v", doc, obj, want)
+		}
 	})
 }
 

@@ -77,3 +77,35 @@ func keyIs(quoted []byte, name string) bool {
 	}
 	return equalDecoded(content, name)
 }
+
+// Object says whether doc is one whole, well-formed JSON object (spaces
+// around it aside), as json.Valid would: what tells a member that is
+// absent (Member's false on an Object) from one that cannot be read. It
+// reads all of doc and does not allocate.
+func Object(doc []byte) bool {
+	i := skipSpace(doc, 0)
+	if i >= len(doc) || doc[i] != '{' {
+		return false
+	}
+	i = skipSpace(doc, i+1)
+	if i < len(doc) && doc[i] == '}' {
+		return skipSpace(doc, i+1) == len(doc)
+	}
+	for {
+		_, _, end := nextMember(doc, i)
+		if end < 0 {
+			return false
+		}
+		i = skipSpace(doc, end)
+		switch {
+		case i >= len(doc):
+			return false
+		case doc[i] == ',':
+			i = skipSpace(doc, i+1)
+		case doc[i] == '}':
+			return skipSpace(doc, i+1) == len(doc)
+		default:
+			return false
+		}
+	}
+}

@@ -66,6 +66,18 @@ func TestMember(t *testing.T) {
 	}
 }
 
+func TestObject(t *testing.T) {
+	for doc, want := range map[string]bool{
+		`{}`: true, ` { "a" : [1, {"b": null}], "c": "d" } `: true, chatBody(true): true,
+		``: false, `[]`: false, `{`: false, `{"a":1`: false, `{"a":1,}`: false, `{"a":1 "b":2}`: false,
+		`{"a":1}x`: false, `{"a":1}}`: false, `{,}`: false, `{"a"}`: false, `"a"`: false,
+	} {
+		if got := Object([]byte(doc)); got != want {
+			t.Errorf("Object(%.60q) = %v", doc, got)
+		}
+	}
+}
+
 func TestStrings(t *testing.T) {
 	for _, tc := range []struct {
 		raw, want  string
