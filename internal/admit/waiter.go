@@ -29,7 +29,9 @@ func (t *Ticket) Waiter(r *http.Request, llm bool) gpu.Waiter {
 		w.Client = ClientHash(bodyClient(t.Head(ImageBodyLimit)))
 		return w
 	}
-	w.Model = r.URL.Query().Get("model")
+	if r.URL.RawQuery != "" { // parsing even an empty query allocates
+		w.Model = r.URL.Query().Get("model")
+	}
 	if w.Model == "" && t != nil && t.body != nil {
 		w.Model = bodyModel(t.body)
 	}
