@@ -7,7 +7,10 @@
 // of allocations per request.
 //
 // Member does not allocate. A string value is read with Unquote (no
-// allocation unless it has escapes), String (one copy) or Equal (none).
+// allocation unless it has escapes), String (one copy) or Equal (none);
+// a literal with Bool or IsNull. Object says whether a whole document is
+// a well-formed object, for a caller that must tell an absent member from
+// a body it cannot read.
 //
 // What it answers is what encoding/json answers for the same member, or
 // nothing:
