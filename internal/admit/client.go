@@ -4,7 +4,8 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/jsonscan"
 )
 
 // clientHashLen is how many hex digits of the SHA-256 a client hash
@@ -29,16 +30,15 @@ func ClientHash(clientID string) string {
 // body (ComfyUI's POST /prompt), read from all of it as buffered for the
 // wait: clients write it before or after a workflow of any size. "" when
 // the body is not a JSON object with a string client_id. A body that
-// does not name one (A1111's, with its images) is not decoded.
+// does not name one (A1111's, with its images) is not scanned.
 func bodyClient(head []byte) string {
 	if !bytes.Contains(head, []byte(`"client_id"`)) {
 		return ""
 	}
-	var b struct {
-		ClientID string `json:"client_id"`
-	}
-	if json.Unmarshal(head, &b) != nil {
+	raw, ok := jsonscan.Member(head, "client_id")
+	if !ok {
 		return ""
 	}
-	return b.ClientID
+	id, _ := jsonscan.String(raw)
+	return id
 }

@@ -1,7 +1,6 @@
 package admit
 
 import (
-	"io"
 	"net/http"
 	"time"
 
@@ -31,7 +30,7 @@ func (b *LLMBody) Admit(deadline time.Time) (gpu.Ticket, error) {
 
 // Whole is the body as read for the wait (Ticket.Whole): nil before
 // Admit, or if it was not read to its end.
-func (b *LLMBody) Whole() io.Reader { return b.ticket.Whole() }
+func (b *LLMBody) Whole() []byte { return b.ticket.Whole() }
 
 // llmTicket is an LLM request's Ticket as gpu.ServeLLM holds it.
 type llmTicket struct {

@@ -2,11 +2,10 @@ package admit
 
 import (
 	"bytes"
-	"encoding/json"
-	"io"
 	"net/http"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/jsonscan"
 )
 
 // modelScanLimit bounds what of a body is scanned for the model it names:
@@ -30,7 +29,9 @@ func (t *Ticket) Waiter(r *http.Request, llm bool) gpu.Waiter {
 		w.Client = ClientHash(bodyClient(t.Head(ImageBodyLimit)))
 		return w
 	}
-	w.Model = r.URL.Query().Get("model")
+	if r.URL.RawQuery != "" { // parsing even an empty query allocates
+		w.Model = r.URL.Query().Get("model")
+	}
 	if w.Model == "" && t != nil && t.body != nil {
 		w.Model = bodyModel(t.body)
 	}
@@ -41,50 +42,18 @@ func (t *Ticket) Waiter(r *http.Request, llm bool) gpu.Waiter {
 }
 
 // bodyModel returns the "model" a JSON body names at its top level within
-// its first modelScanLimit bytes; "" otherwise. It reads the top level
-// only up to that member, skipping the values before it.
+// its first modelScanLimit bytes; "" otherwise, or if it is longer than a
+// model's name. It reads the top level only up to that member, skipping
+// the values before it, and copies nothing but the name.
 func bodyModel(wb *body) string {
-	dec := json.NewDecoder(bytes.NewReader(wb.head(modelScanLimit)))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+	raw, ok := jsonscan.Member(wb.head(modelScanLimit), "model")
+	if !ok {
 		return ""
 	}
-	for dec.More() {
-		key, err := dec.Token()
-		if err != nil {
-			return ""
-		}
-		if key == "model" {
-			var m string
-			if dec.Decode(&m) != nil {
-				return ""
-			}
-			return m
-		}
-		if skipValue(dec) != nil {
-			return ""
-		}
+	if m, ok := jsonscan.Unquote(raw); ok && len(m) <= maxModelShown {
+		return string(m)
 	}
 	return ""
-}
-
-// skipValue reads past the decoder's next value.
-func skipValue(dec *json.Decoder) error {
-	depth := 0
-	for {
-		t, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		switch t {
-		case json.Delim('{'), json.Delim('['):
-			depth++
-		case json.Delim('}'), json.Delim(']'):
-			depth--
-		}
-		if depth == 0 {
-			return nil
-		}
-	}
 }
 
 // head returns the body's first limit bytes as read, or all of it if
@@ -113,28 +82,29 @@ func (t *Ticket) Head(limit int) []byte {
 	return t.body.head(limit)
 }
 
-// Whole returns a reader of the request's whole body as read for its
-// wait, for reading what the body asks for at any place in it (whether it
-// streams, which clients may write last); nil if none was read, or if the
-// body was not read to its end (the rest waits unread, past what the
-// wait may buffer). It copies nothing, and is read before the body is
-// forwarded.
-func (t *Ticket) Whole() io.Reader {
+// Whole returns the request's whole body as read for its wait, in one
+// slice, for reading what the body asks for at any place in it (whether
+// it streams, which clients may write last); nil if none was read, or if
+// the body was not read to its end (the rest waits unread, past what the
+// wait may buffer). A body read at once (one with a Content-Length) is
+// not copied; one read in chunks is joined into a copy, which lives only
+// as long as its reading. It is not to be written to, and is read before
+// the body is forwarded.
+func (t *Ticket) Whole() []byte {
 	if t == nil || t.body == nil {
 		return nil
 	}
 	return t.body.whole()
 }
 
-func (wb *body) whole() io.Reader {
+func (wb *body) whole() []byte {
 	wb.mu.Lock()
 	defer wb.mu.Unlock()
 	if !wb.complete || len(wb.chunks) == 0 {
 		return nil
 	}
-	rs := make([]io.Reader, len(wb.chunks))
-	for i, c := range wb.chunks {
-		rs[i] = bytes.NewReader(c)
+	if len(wb.chunks) == 1 {
+		return wb.chunks[0]
 	}
-	return io.MultiReader(rs...)
+	return bytes.Join(wb.chunks, nil)
 }

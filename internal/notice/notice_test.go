@@ -35,7 +35,7 @@ func TestRead(t *testing.T) {
 		if tc.nilBody {
 			model, streams = Read(tc.shape, nil)
 		} else {
-			model, streams = Read(tc.shape, strings.NewReader(tc.body))
+			model, streams = Read(tc.shape, []byte(tc.body))
 		}
 		if streams != tc.streams || (streams && model != tc.model) {
 			t.Errorf("%d %.60s: %q %v, want %q %v", tc.shape, tc.body, model, streams, tc.model, tc.streams)
@@ -75,7 +75,7 @@ func TestRefusalAfterTheHead(t *testing.T) {
 		OpenAI:     `data: {"error":{"message":"busy","type":"server_error"}}` + "\n\n",
 	} {
 		rec := httptest.NewRecorder()
-		n := Start(rec, shape, strings.NewReader(`{"model":"m","stream":true}`), time.Hour, source{}, time.Now())
+		n := Start(rec, shape, []byte(`{"model":"m","stream":true}`), time.Hour, source{}, time.Now())
 		n.Waited(false)
 		w := n.Writer()
 		w.Header().Set("Retry-After", "30")
@@ -95,7 +95,7 @@ func TestRefusalAfterTheHead(t *testing.T) {
 // head swallowed; the notices are the API's chunks.
 func TestEngineStreamFollows(t *testing.T) {
 	rec := httptest.NewRecorder()
-	n := Start(rec, OllamaGenerate, strings.NewReader(`{"model":"m"}`), time.Hour, source{}, time.Now().Add(-2*time.Second))
+	n := Start(rec, OllamaGenerate, []byte(`{"model":"m"}`), time.Hour, source{}, time.Now().Add(-2*time.Second))
 	n.Waited(true)
 	w := n.Writer()
 	w.Header().Set("Content-Type", "application/json")

@@ -1,9 +1,6 @@
 package notice
 
-import (
-	"encoding/json"
-	"io"
-)
+import "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/jsonscan"
 
 // Shape is the stream shape of an API whose requests get notices.
 type Shape int
@@ -42,43 +39,23 @@ func (s Shape) streamsByDefault() bool { return s != OpenAI }
 // Read reads a request's whole JSON body for the model it names and
 // whether it asks for a stream (its top-level "stream", the shape's
 // default if absent or null). A body that is nil (not known in full) or
-// not a JSON object does not stream: when unknown, no notice.
-func Read(s Shape, body io.Reader) (model string, streams bool) {
-	if body == nil {
-		return "", false
-	}
-	dec := json.NewDecoder(body)
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+// not a well-formed JSON object does not stream: when unknown, no
+// notice. Nothing is decoded but the top-level "model" and "stream"
+// (internal/jsonscan), the first of each if named twice.
+func Read(s Shape, body []byte) (model string, streams bool) {
+	if !jsonscan.Object(body) {
 		return "", false
 	}
 	streams = s.streamsByDefault()
-	for dec.More() {
-		key, err := dec.Token()
-		if err != nil {
-			return "", false
-		}
-		switch key {
-		case "model":
-			err = dec.Decode(&model)
-		case "stream":
-			var v *bool
-			if err = dec.Decode(&v); v != nil {
-				streams = *v
-			}
-		default:
-			err = dec.Decode(&skip{})
-		}
-		if err != nil {
+	if raw, ok := jsonscan.Member(body, "stream"); ok && !jsonscan.IsNull(raw) {
+		if streams, ok = jsonscan.Bool(raw); !ok {
 			return "", false
 		}
 	}
-	if _, err := dec.Token(); err != nil {
-		return "", false
+	if raw, ok := jsonscan.Member(body, "model"); ok {
+		if model, ok = jsonscan.String(raw); !ok {
+			return "", false
+		}
 	}
 	return model, streams
 }
-
-// skip decodes a value it does not keep.
-type skip struct{}
-
-func (*skip) UnmarshalJSON([]byte) error { return nil }

@@ -1,7 +1,6 @@
 package notice
 
 import (
-	"io"
 	"net/http"
 	"time"
 )
@@ -60,7 +59,7 @@ type Wait struct {
 // notice every interval and at each change of src. It returns nil, and
 // writes nothing, for a request that does not stream. arrival is when
 // the request arrived: its wait counts from it.
-func Start(w http.ResponseWriter, s Shape, body io.Reader, every time.Duration, src Source, arrival time.Time) *Wait {
+func Start(w http.ResponseWriter, s Shape, body []byte, every time.Duration, src Source, arrival time.Time) *Wait {
 	model, streams := Read(s, body)
 	if !streams {
 		return nil
