@@ -127,6 +127,24 @@ func (c *Charge) Release(why string) {
 	}
 }
 
+// End records why the charge ends, whether its process still lives or
+// has exited. A live process's charge is released with why, as Release.
+// Once the process has exited, the charge ends with its exit (what+" exit",
+// if not recorded already) and why follows as a mark. Checking Done and
+// then calling Release instead can lose why: the watcher may end the
+// charge at the exit in between, and Release is then a no-op.
+func (c *Charge) End(why string) {
+	g := c.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.reapLocked()
+	if c.ended {
+		g.record(c.service, why)
+		return
+	}
+	g.endLocked(c, why)
+}
+
 // endLocked ends c; g.mu is held.
 func (g *GPU) endLocked(c *Charge, why string) {
 	c.ended = true

@@ -72,8 +72,10 @@ func waitExit(ws []*exitWatch, period time.Duration) {
 		w.mu.Lock()
 		if w.fd >= 0 {
 			// A duplicate, so that a close meanwhile cannot hand the
-			// number to another file this poll would then watch.
-			if d, err := unix.Dup(w.fd); err == nil {
+			// number to another file this poll would then watch;
+			// close-on-exec, so that the processes the test starts
+			// meanwhile (fronts, model servers) do not inherit it.
+			if d, err := unix.FcntlInt(uintptr(w.fd), unix.F_DUPFD_CLOEXEC, 0); err == nil {
 				fds = append(fds, unix.PollFd{Fd: int32(d), Events: unix.POLLIN})
 			}
 		}

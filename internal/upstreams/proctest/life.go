@@ -21,7 +21,8 @@ const (
 // life is the test binary's life pipe: its read end is given to every
 // front and, through it, to every model server; its write end is kept open
 // by the test process alone (close-on-exec) and never closed, held here
-// so that no finalizer closes it.
+// so that no finalizer closes it. In a front, r is the read end it
+// inherited and w is nil.
 var life struct {
 	once sync.Once
 	r, w *os.File
@@ -36,9 +37,12 @@ func lifePipe() (*os.File, error) {
 }
 
 // exitAtEndOfLife makes this process exit when the test binary has
-// exited.
+// exited. The inherited read end becomes this process's life pipe, the
+// one a front gives its model servers: one *os.File for the descriptor,
+// as a second would close it when garbage-collected.
 func exitAtEndOfLife() {
 	r := os.NewFile(lifeFD, "life")
+	life.once.Do(func() { life.r = r })
 	go func() {
 		var b [1]byte
 		for {

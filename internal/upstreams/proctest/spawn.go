@@ -40,6 +40,10 @@ func startChild(o ChildOptions) (*spawned, childReport, error) {
 	if err != nil {
 		return nil, childReport{}, err
 	}
+	lifeR, err := lifePipe()
+	if err != nil {
+		return nil, childReport{}, err
+	}
 	spec := modelSpec{Listen: o.Listen, StopDelay: o.StopDelay, LoadFor: o.LoadFor, ExitOnStdinEOF: o.ExitOnStdinEOF}
 	args := o.Args
 	if len(args) == 0 {
@@ -63,7 +67,7 @@ func startChild(o ChildOptions) (*spawned, childReport, error) {
 		return nil, childReport{}, err
 	}
 	defer r.Close()
-	cmd.ExtraFiles = []*os.File{os.NewFile(lifeFD, "life"), w}
+	cmd.ExtraFiles = []*os.File{lifeR, w}
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	cmd.SysProcAttr = groupAttr(o.Setpgid)
 	stdin, err := cmd.StdinPipe()

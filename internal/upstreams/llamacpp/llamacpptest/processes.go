@@ -27,20 +27,14 @@ func (s *Server) spawnProcess(id string, port int) (*proctest.Child, error) {
 // occupy charges the child's memory to the GPU from now on: to its
 // process, for as long as it lives, with Options.Processes; to the test
 // process, until released, without. The release frees it before the
-// process exits (sleep), or only marks why once it has.
+// process exits (sleep), or only marks why once it has: in one step
+// (Charge.End), as the GPU's watcher may end the charge at the exit
+// at any moment.
 func (s *Server) occupy(c *child, what string) func(string) {
 	if c.proc == nil {
 		return s.gpu.OccupyBytes(service, what, s.opts.ModelBytes)
 	}
-	ch := s.gpu.ChargeProcess(service, what, c.proc.PID(), s.opts.ModelBytes)
-	return func(why string) {
-		select {
-		case <-ch.Done():
-			s.gpu.Mark(service, why)
-		default:
-			ch.Release(why)
-		}
-	}
+	return s.gpu.ChargeProcess(service, what, c.proc.PID(), s.opts.ModelBytes).End
 }
 
 // kill ends the child's process at once (SIGKILL), as the router

@@ -80,9 +80,11 @@ func TestProcessesUnloadTurnsAtTheChildsExit(t *testing.T) {
 
 // A killed router refuses at once; its loaded child exits at once (its
 // standard input closed), while one still loading lives, charged, until
-// its load has ended. A restarted router lists both unloaded.
+// its load has ended. A restarted router lists both unloaded. The load
+// outlasts the wait for the loaded child's exit by far, even on a busy
+// machine.
 func TestProcessesKilledRouter(t *testing.T) {
-	srv, gpu := newProcFake(t, llamacpptest.Options{LoadDelay: 500 * time.Millisecond})
+	srv, gpu := newProcFake(t, llamacpptest.Options{LoadDelays: map[string]time.Duration{gemma: 2 * time.Second}})
 	if a := post(t, srv, "/v1/chat/completions", chat(qwen, false)); a.status != 200 {
 		t.Fatalf("chat: %+v", a)
 	}
