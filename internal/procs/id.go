@@ -60,8 +60,8 @@ func (t *Table) Get(pid int32) (Proc, bool) {
 }
 
 // Alive reports whether the process id names is still running: its PID is
-// in the table with the same start time. A zombie is not in the table: it
-// has exited and holds no memory.
+// in the table with the same start time. A zombie is not in the table
+// once all its threads have ended: it has exited and holds no memory.
 func (t *Table) Alive(id ID) bool {
 	p, ok := t.procs[id.PID]
 	return ok && p.Start == id.Start

@@ -19,8 +19,8 @@ const userHZ = 100
 
 // Snapshot reads the host's process table from /proc: each process's
 // parent, session, start time and name from /proc/PID/stat, and its
-// cgroup. Zombies are left out. A process that exits while it is read is
-// left out too.
+// cgroup. Zombies are left out once all their threads have ended. A
+// process that exits while it is read is left out too.
 func Snapshot(ctx context.Context) (*Table, error) {
 	boot, err := bootTime()
 	if err != nil {
@@ -47,7 +47,8 @@ func Snapshot(ctx context.Context) (*Table, error) {
 	return NewTable(procs), nil
 }
 
-// readProc reads one process; ok is false if it is gone or a zombie.
+// readProc reads one process; ok is false if it is gone or a zombie whose
+// threads have all ended.
 func readProc(pid int32, bootMillis int64) (p Proc, ok bool) {
 	dir := filepath.Join(procRoot, strconv.Itoa(int(pid)))
 	stat, err := os.ReadFile(filepath.Join(dir, "stat"))
@@ -55,7 +56,7 @@ func readProc(pid int32, bootMillis int64) (p Proc, ok bool) {
 		return Proc{}, false
 	}
 	p, state, ok := parseStat(stat)
-	if !ok || state == 'Z' || state == 'X' {
+	if !ok || state == 'X' || (state == 'Z' && !exiting(dir)) {
 		return Proc{}, false
 	}
 	p.PID = pid
@@ -64,6 +65,15 @@ func readProc(pid int32, bootMillis int64) (p Proc, ok bool) {
 		p.Cgroup = unifiedCgroup(cg)
 	}
 	return p, true
+}
+
+// exiting reports whether a zombie's threads are still exiting: a
+// multi-threaded process killed shows its leader as a zombie while its
+// other threads end, and its memory is only given back once they all have
+// (a pidfd on it becomes readable only then).
+func exiting(dir string) bool {
+	tasks, err := os.ReadDir(filepath.Join(dir, "task"))
+	return err == nil && len(tasks) > 1
 }
 
 // parseStat reads /proc/PID/stat: "pid (comm) state ppid pgrp session ...
