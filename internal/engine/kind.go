@@ -153,8 +153,9 @@ type Kind struct {
 	// always taken (a llama.cpp router's children, vLLM's engine-core
 	// workers): llama-swap's are the listeners of the proxy ports that
 	// /running lists, Ollama's runners are found by their command line.
-	// nil: the descendants are all.
-	Servers func(ctx context.Context, e LLM) (ModelServers, error)
+	// nil: the descendants are all. models says whether the models are
+	// wanted too (else they are listed only if the same answer has them).
+	Servers func(ctx context.Context, e LLM, models bool) (ModelServers, error)
 }
 
 // ModelServers is what an engine's kind finds of its model servers.

@@ -183,7 +183,7 @@ func (g *GPU) sight(ctx context.Context, e LLMEngine, api apiView) (served.Sight
 	s := served.Sight{Self: int32(os.Getpid())}
 	var ms engine.ModelServers
 	if k := engine.KindOf(e); k != nil && k.Servers != nil {
-		ms, _ = k.Servers(ctx, e)
+		ms, _ = k.Servers(ctx, e, api == askModels)
 	} else if api == askModels {
 		if models, err := e.Loaded(ctx); err == nil {
 			ms.Models, ms.Listed = models, true

@@ -30,7 +30,7 @@ type servedLLM struct {
 func newServedLLM() *servedLLM {
 	e := &servedLLM{}
 	e.kind = &engine.Kind{Name: "served", Class: engine.ClassLLM,
-		Servers: func(context.Context, engine.LLM) (engine.ModelServers, error) {
+		Servers: func(context.Context, engine.LLM, bool) (engine.ModelServers, error) {
 			e.mu.Lock()
 			defer e.mu.Unlock()
 			return engine.ModelServers{PIDs: slices.Clone(e.servers), Complete: true, Models: []string{"m"}, Listed: !e.refuses}, nil

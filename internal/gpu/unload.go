@@ -99,16 +99,20 @@ func (g *GPU) emptyLLMs(ctx context.Context, c *Config, keep *keepPlan) error {
 // on an engine that can, and confirms it; it returns the models kept.
 // abnormal is when LLM use last ended abnormally (zero if not).
 func (g *GPU) emptyLLM(ctx context.Context, c *Config, e LLMEngine, abnormal time.Time, keep *keepPlan) ([]string, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.UnloadTimeout)
-	defer cancel()
 	start := time.Now()
 	var prev engineState
 	g.withRun(e, func(r *engineRun) {
 		prev, r.state = r.state, stateEmptying
 	})
 	// What runs its models now is remembered before the unload, which
-	// may answer while a wrapper's child still holds one.
-	g.lookAt(ctx, c, e, askServers) // a failed look keeps what was remembered
+	// may answer while a wrapper's child still holds one; bounded by
+	// probe_timeout, not taken from unload_timeout (a failed look keeps
+	// what was remembered).
+	lctx, lcancel := context.WithTimeout(ctx, c.ProbeTimeout)
+	g.lookAt(lctx, c, e, askServers)
+	lcancel()
+	ctx, cancel := context.WithTimeout(ctx, c.UnloadTimeout)
+	defer cancel()
 	var names, kept []string
 	var contact, err error
 	if k, ok := e.(Keeper); ok && keep != nil && abnormal.IsZero() {

@@ -14,7 +14,7 @@ import (
 // listener. They run in their own process groups, and a llama-swap that
 // dies leaves them running, so they are followed by themselves, not only
 // as its descendants.
-func servers(ctx context.Context, e engine.LLM) (engine.ModelServers, error) {
+func servers(ctx context.Context, e engine.LLM, _ bool) (engine.ModelServers, error) {
 	procs, err := e.(*Engine).c.Running(ctx)
 	if err != nil {
 		return engine.ModelServers{}, err
