@@ -69,7 +69,10 @@ type PublicWaiter struct {
 // PublicHold is a hold without its owner or id: where it comes from and,
 // for an admin hold, when its lease ends.
 type PublicHold struct {
-	Source    string    `json:"source"` // admin or presence
+	Source string `json:"source"` // admin or presence
+	// Expires is when it ends unless renewed (the contract's name);
+	// ExpiresAt the same, under the full status's name.
+	Expires   time.Time `json:"expires,omitzero"`
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
 }
 
@@ -178,7 +181,7 @@ func publicWaiter(w gpu.WaiterStatus) PublicWaiter {
 }
 
 func publicHold(h gpu.HoldStatus) PublicHold {
-	return PublicHold{Source: h.Source, ExpiresAt: h.ExpiresAt}
+	return PublicHold{Source: h.Source, Expires: h.ExpiresAt, ExpiresAt: h.ExpiresAt}
 }
 
 // publicPresence keeps a condition's first word, its kind: the rest is

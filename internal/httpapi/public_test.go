@@ -155,6 +155,8 @@ func TestStatusFieldsClassified(t *testing.T) {
 			want = append(want, p)
 		}
 	}
+	// The public view also names a hold's expiry as the contract does.
+	want = append(want, "holds[].expires")
 	slices.Sort(want)
 	if got := pathsOf[PublicStatus](func(string) bool { return false }); !slices.Equal(got, want) {
 		t.Errorf("the public view's fields:\n got %q\nwant %q", got, want)
@@ -226,7 +228,7 @@ func TestPublicLeavesOutThePrivate(t *testing.T) {
 	}
 	for _, s := range []string{
 		`"state":"hold"`, `"phase":"running"`, `"age_seconds":3`, `"client":"c1a2b3"`, `"waiting_for":"hold"`, `"position":2`,
-		`"holds":[{"source":"admin","expires_at":`, `{"source":"presence"}`,
+		`"holds":[{"source":"admin","expires":`, `{"source":"presence"}`,
 		`"presence":[{"condition":"process","engaged":true},{"condition":"steam","engaged":false}]`,
 		`{"name":"ollama","kind":"ollama","class":"llm","state":"emptied","reachable":true,"models":["llama3.2"]}`,
 		`"upstreams":{"comfy":{"reachable":true,"websocket":true}}`,
