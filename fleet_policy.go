@@ -159,6 +159,9 @@ func (s *FleetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request,
 		u = pool[i]
 	} else if u = s.fallback.Select(pool, r, w); u != nil {
 		i = indexOf(pool, u)
+		if j := untried(pool, q); i >= 0 && i < 64 && q.Tried&(1<<uint(i)) != 0 && j >= 0 {
+			i, u = j, pool[j] // a retry goes elsewhere, whatever the fallback says
+		}
 	}
 	if u == nil {
 		return nil
@@ -230,6 +233,17 @@ func (s *FleetSelection) startFollower(u *reverseproxy.Upstream) *fleet.Follower
 	f := v.(*fleet.Follower)
 	s.followers.Store(u, f)
 	return f
+}
+
+// untried is the index of the first available upstream of pool not yet
+// tried for q, -1 if none.
+func untried(pool reverseproxy.UpstreamPool, q *fleet.Request) int {
+	for i, u := range pool[:min(len(pool), 64)] {
+		if q.Tried&(1<<uint(i)) == 0 && u.Available() {
+			return i
+		}
+	}
+	return -1
 }
 
 // indexOf is u's index in pool, -1 if not there.

@@ -132,11 +132,18 @@ func (h *Host) Loaded(model string) bool {
 		return false
 	}
 	for _, m := range h.Models {
-		if m == model {
+		if m == model || isLatest(m, model) {
 			return true
 		}
 	}
 	return false
+}
+
+// isLatest reports whether loaded is model's default tag (Ollama lists
+// "llama3.2" as "llama3.2:latest").
+func isLatest(loaded, model string) bool {
+	const latest = ":latest"
+	return len(loaded) == len(model)+len(latest) && loaded[len(model):] == latest && loaded[:len(model)] == model
 }
 
 // Ran reports whether one of the host's image engines last ran workflow.

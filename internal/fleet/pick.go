@@ -100,8 +100,8 @@ func anyKnown(cs []Candidate) bool {
 
 // llmRank ranks c for an LLM request: the model loaded and nothing in
 // the way; else idle or llm with room for it (the fewest in flight
-// first); else the earliest predicted start (those with none after, the
-// shortest queue first); unknown last.
+// first); else the earliest predicted start (now for one that must only
+// unload; those with none after, the shortest queue first); unknown last.
 func llmRank(q *Request, c *Candidate) rank {
 	h := c.Host
 	if h == nil || !h.LLMUp {
@@ -119,6 +119,8 @@ func llmRank(q *Request, c *Candidate) rank {
 			}
 			return rank{tier: tierRoom, a: busy, b: load}
 		}
+		// No room: it unloads what it must, with nothing in the way.
+		return rank{tier: tierLater, a: 0, b: load}
 	}
 	return rank{tier: tierLater, a: startKey(h.LLMStart), b: int64(h.LLMWaiting+h.ImageWaiting+h.HoldWaiting) + load}
 }
