@@ -83,6 +83,9 @@ func parseFleetDirective(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, e
 			block = append(block, seg...)
 		}
 	}
+	if !slices.Contains(given, "transport") {
+		block = append(block, noKeepAlive(name, block)...)
+	}
 	if len(block) > 0 {
 		open := caddyfile.Token{File: name.File, Line: name.Line, Text: "{"}
 		close := caddyfile.Token{File: name.File, Line: block[len(block)-1].Line + 1, Text: "}"}
@@ -135,6 +138,23 @@ func fleetDefaults(rp *reverseproxy.Handler, policy *FleetSelection, given []str
 	}
 	lb.SelectionPolicyRaw = caddyconfig.JSONModuleObject(policy, "policy", "gpu_turnstile", nil)
 	return classify
+}
+
+// noKeepAlive are the tokens of `transport http { keepalive off }`, on
+// the lines after the block's: each request to a host opens its own
+// connection, so that a host that stops refuses the connection (which
+// reverse_proxy retries on another host, as the host took nothing)
+// rather than closing an idle one as a POST is written to it (which it
+// may not retry).
+func noKeepAlive(name caddyfile.Token, block []caddyfile.Token) []caddyfile.Token {
+	line := name.Line
+	if len(block) > 0 {
+		line = block[len(block)-1].Line
+	}
+	tok := func(n int, text string) caddyfile.Token {
+		return caddyfile.Token{File: name.File, Line: line + n, Text: text}
+	}
+	return []caddyfile.Token{tok(1, "transport"), tok(1, "http"), tok(1, "{"), tok(2, "keepalive"), tok(2, "off"), tok(3, "}")}
 }
 
 // transportTLS reports whether the reverse_proxy's transport (raw JSON)

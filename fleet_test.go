@@ -249,33 +249,19 @@ func TestFleetHostStoppingLosesNoRequest(t *testing.T) {
 // TestFleetStalledHostIsUnknownAfterStale: a host whose event stream
 // stalls (one status, then not even a keep-alive) is preferred while its
 // state is fresh, and unknown once stale has passed: its chats go to a
-// host whose state is known.
+// host whose stream is alive. Both hosts are fakes of a host's status
+// stream (a real one's keep-alives come every 10 s, which a stale this
+// short would not wait for).
 func TestFleetStalledHostIsUnknownAfterStale(t *testing.T) {
-	b := startFleetHost(t, "b")
-	sent := make(chan time.Time, 1)
-	stalled := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
-			w.Header().Set("Content-Type", "text/event-stream")
-			fmt.Fprint(w, `event: status`+"\n"+`data: {"state":"idle","engines":[{"class":"llm","state":"ready","reachable":true,"models":["warm"]},{"class":"image","state":"ready","reachable":true}]}`+"\n\n")
-			w.(http.Flusher).Flush()
-			select {
-			case sent <- time.Now():
-			default:
-			}
-			<-r.Context().Done()
-			return
-		}
-		io.Copy(io.Discard, r.Body)
-		w.Header().Set("X-GPU-Host", "stalled")
-		w.Write([]byte(`{"done":true}`))
-	}))
-	t.Cleanup(stalled.Close)
 	const stale = 500 * time.Millisecond
-	front := startFront(t, []string{strings.TrimPrefix(stalled.URL, "http://"), b.addr}, "stale "+stale.String())
-	untilVia(t, front, "warm", "stalled", 0)
+	sent := make(chan time.Time, 1)
+	stalled := fakeStatusHost(t, "stalled", `["warm"]`, 0, sent)
+	live := fakeStatusHost(t, "live", `[]`, 50*time.Millisecond, nil)
+	front := startFront(t, []string{stalled, live}, "stale "+stale.String())
+	untilVia(t, front, "warm", "stalled", 3)
 	at := <-sent
 	deadline := time.Now().Add(10 * time.Second)
-	for chatVia(t, front, "warm") != "b" {
+	for chatVia(t, front, "warm") != "live" {
 		if time.Now().After(deadline) {
 			t.Fatal("the stalled host was still chosen")
 		}
@@ -284,5 +270,45 @@ func TestFleetStalledHostIsUnknownAfterStale(t *testing.T) {
 	if since := time.Since(at); since < stale {
 		t.Errorf("the stalled host was dropped %v after its status, before stale (%v)", since, stale)
 	}
-	untilVia(t, front, "warm", "b", 3)
+	untilVia(t, front, "warm", "live", 3)
+}
+
+// fakeStatusHost serves a host's status event stream (idle, models
+// loaded), then a keep-alive every keepAlive (0: none, the stream
+// stalls), and answers every other request 200 naming itself in
+// X-GPU-Host; sent, if not nil, is given the time of the first status.
+// It returns its host:port.
+func fakeStatusHost(t *testing.T, name, models string, keepAlive time.Duration, sent chan<- time.Time) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+			io.Copy(io.Discard, r.Body)
+			w.Header().Set("X-GPU-Host", name)
+			w.Write([]byte(`{"done":true}`))
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, "event: status\ndata: {\"state\":\"idle\",\"engines\":[{\"class\":\"llm\",\"state\":\"ready\",\"reachable\":true,\"models\":%s}]}\n\n", models)
+		w.(http.Flusher).Flush()
+		select {
+		case sent <- time.Now():
+		default:
+		}
+		var tick <-chan time.Time
+		if keepAlive > 0 {
+			tk := time.NewTicker(keepAlive)
+			defer tk.Stop()
+			tick = tk.C
+		}
+		for {
+			select {
+			case <-r.Context().Done():
+				return
+			case <-tick:
+				fmt.Fprint(w, ": keep-alive\n\n")
+				w.(http.Flusher).Flush()
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
 }
