@@ -2,36 +2,20 @@ package fleet
 
 import (
 	"bytes"
-	"encoding/json"
 	"net/url"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/jsonscan"
 )
 
 // Model returns the "model" a JSON body names at its top level; "" if
-// none. It is the one place the body is read for it: a faster top-level
-// member finder can replace it here.
+// none (or if the body is not read to that member).
 func Model(body []byte) string {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+	raw, ok := jsonscan.Member(body, "model")
+	if !ok {
 		return ""
 	}
-	for dec.More() {
-		key, err := dec.Token()
-		if err != nil {
-			return ""
-		}
-		if key == "model" {
-			var m string
-			if dec.Decode(&m) != nil {
-				return ""
-			}
-			return m
-		}
-		var skip json.RawMessage
-		if dec.Decode(&skip) != nil {
-			return ""
-		}
-	}
-	return ""
+	m, _ := jsonscan.String(raw)
+	return m
 }
 
 // bodyClient returns the top-level "client_id" of a JSON body (ComfyUI's
@@ -40,13 +24,12 @@ func bodyClient(body []byte) string {
 	if !bytes.Contains(body, []byte(`"client_id"`)) {
 		return ""
 	}
-	var b struct {
-		ClientID string `json:"client_id"`
-	}
-	if json.Unmarshal(body, &b) != nil {
+	raw, ok := jsonscan.Member(body, "client_id")
+	if !ok {
 		return ""
 	}
-	return b.ClientID
+	id, _ := jsonscan.String(raw)
+	return id
 }
 
 // parseQuery parses a raw query, ignoring malformed pairs.

@@ -92,6 +92,9 @@ type PublicEngine struct {
 	State     string   `json:"state"`
 	Reachable *bool    `json:"reachable"` // null until first contact
 	Models    []string `json:"models,omitempty"`
+	// LastWorkflow is an image engine's last job's workflow signature,
+	// which a fleet's front tier sends the same workflow after.
+	LastWorkflow string `json:"last_workflow,omitempty"`
 }
 
 // PublicUpstream is an entry of the older upstreams map, without its URL.
@@ -192,7 +195,8 @@ func publicPresence(p gpu.PresenceStatus) PublicPresence {
 }
 
 func publicEngine(e gpu.EngineStatus) PublicEngine {
-	return PublicEngine{Name: e.Name, Kind: e.Kind, Class: e.Class, State: e.State, Reachable: e.Reachable, Models: e.Models}
+	return PublicEngine{Name: e.Name, Kind: e.Kind, Class: e.Class, State: e.State, Reachable: e.Reachable, Models: e.Models,
+		LastWorkflow: e.LastWorkflow}
 }
 
 // publicVRAM is v without its error, the image engines' footprints

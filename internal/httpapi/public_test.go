@@ -45,7 +45,7 @@ var statusFields = map[string]string{
 	"presence[].error": private,
 
 	"engines[].name": public, "engines[].kind": public, "engines[].class": public, "engines[].url": private,
-	"engines[].reachable": public, "engines[].state": public, "engines[].models": public,
+	"engines[].reachable": public, "engines[].state": public, "engines[].models": public, "engines[].last_workflow": public,
 	"engines[].processes": private, "engines[].processes_unseen": private,
 	"engines[].processes_left[].pid": private, "engines[].processes_left[].name": private,
 	"engines[].waiting": private,
