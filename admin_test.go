@@ -32,7 +32,7 @@ func TestStatusInEachState(t *testing.T) {
 	first3 := regexp.MustCompile(`^\{"state":"(idle|llm|image|hold)","llm_inflight":\d+,"image_pending":(true|false),`)
 	check := func(want string, pending bool) Status {
 		t.Helper()
-		r := h.do("GET", h.llm+"/healthz", "")
+		r := h.do("GET", h.llm+"/healthz/full", "")
 		if !first3.MatchString(r.body) {
 			t.Fatalf("status does not start with the seed's three fields: %s", r.body)
 		}

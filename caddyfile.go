@@ -64,11 +64,12 @@ func (hd *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 //
 //	gpu_turnstile_status [NAME] {
 //		turnstile       NAME
+//		detail          full|public
 //		controls
 //		trusted_origins URL...
 //	}
 func (sh *StatusHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	return tcfg.UnmarshalSiteRoute(d, &sh.Turnstile, &sh.TrustedOrigins, map[string]*bool{"controls": &sh.Controls})
+	return tcfg.UnmarshalStatusRoute(d, &sh.Turnstile, &sh.TrustedOrigins, &sh.Controls, &sh.Detail)
 }
 
 // Interface guards

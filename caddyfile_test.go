@@ -106,6 +106,16 @@ func TestCaddyfileValidForms(t *testing.T) {
 	handle /healthz {
 		gpu_turnstile_status gpu1
 	}
+	handle /status/full {
+		gpu_turnstile_status {
+			detail full
+		}
+	}
+	handle /status/public {
+		gpu_turnstile_status {
+			detail public
+		}
+	}
 	reverse_proxy 127.0.0.1:9189
 }`, []string{
 			`"gpu1":{"comfy":"http://127.0.0.1:9189"}`,
@@ -113,6 +123,8 @@ func TestCaddyfileValidForms(t *testing.T) {
 			`{"class":"image","handler":"gpu_turnstile","turnstile":"gpu1"}`,
 			`{"class":"llm","during_job":"reject","handler":"gpu_turnstile"}`,
 			`{"handler":"gpu_turnstile_status","turnstile":"gpu1"}`,
+			`{"detail":"full","handler":"gpu_turnstile_status"}`,
+			`{"detail":"public","handler":"gpu_turnstile_status"}`,
 		}},
 		{"inside handle and route", globalBlock + `:11434 {
 	handle /api/* {
@@ -228,6 +240,9 @@ func TestCaddyfileInvalidForms(t *testing.T) {
 		{"unknown class", globalBlock + ":11434 {\n\tgpu_turnstile video\n}", `class "video"`},
 		{"unknown handler option", globalBlock + ":11434 {\n\tgpu_turnstile {\n\t\tmode llm\n\t}\n}", `unknown option "mode"`},
 		{"status unknown turnstile", globalBlock + ":11434 {\n\tgpu_turnstile_status gpu9\n}", `no turnstile named "gpu9"`},
+		{"status detail value", globalBlock + ":11434 {\n\tgpu_turnstile_status {\n\t\tdetail all\n\t}\n}", `gpu_turnstile_status: detail "all": want full or public`},
+		{"status detail no value", globalBlock + ":11434 {\n\tgpu_turnstile_status {\n\t\tdetail\n\t}\n}", "detail"},
+		{"status detail twice", globalBlock + ":11434 {\n\tgpu_turnstile_status {\n\t\tdetail full\n\t\tdetail public\n\t}\n}", "detail: given twice, on lines 9 and 10"},
 		{"holds unknown turnstile", globalBlock + ":11434 {\n\tgpu_turnstile_holds gpu9\n}", `no turnstile named "gpu9"`},
 		{"holds unknown option", globalBlock + ":11434 {\n\tgpu_turnstile_holds {\n\t\tttl 1m\n\t}\n}", `gpu_turnstile_holds: unknown option "ttl"`},
 		{"holds two names", globalBlock + ":11434 {\n\tgpu_turnstile_holds a b\n}", "wrong argument count"},

@@ -181,14 +181,14 @@ func checkExtension(t *testing.T, h *harness, prompt func(ctx context.Context, c
 	defer cancel()
 	answerA := prompt(pctx, "tab-a")
 	h.waitStatus("tab A's prompt waiting", func(st Status) bool { return len(st.Waiters) == 1 })
-	a.banner("Your prompt waits for the GPU: a hold (test), 1st in line")
+	a.banner("Your prompt waits for the GPU: a hold, 1st in line")
 	b.poll("tab B renders tab A's prompt waiting", `(ext.seen.rendered?.waiters ?? []).length === 1`)
 	b.noBanner("only tab A's prompt waits")
 
 	answerB := prompt(pctx, "tab-b")
 	h.waitStatus("both prompts waiting", func(st Status) bool { return len(st.Waiters) == 2 })
-	b.banner("Your prompt waits for the GPU: a hold (test), 2nd in line")
-	a.banner("Your prompt waits for the GPU: a hold (test), 1st in line")
+	b.banner("Your prompt waits for the GPU: a hold, 2nd in line")
+	a.banner("Your prompt waits for the GPU: a hold, 1st in line")
 
 	h.releaseHold(t, hold)
 	for _, answer := range []<-chan result{answerA, answerB} {

@@ -51,7 +51,7 @@ func TestEngineAPIKeys(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			logFile := filepath.Join(t.TempDir(), "caddy.log")
 			m := keyedMix(t, kind, true, logFile)
-			events := openEvents(t, m.client, m.llm+"/healthz?view=events", "")
+			events := openEvents(t, m.client, m.llm+"/healthz/full?view=events", "")
 			m.runImageJob(t, "comfyui")
 			m.waitIdle()
 			ev := m.gpu.Events()
@@ -70,7 +70,7 @@ func TestEngineAPIKeys(t *testing.T) {
 				}
 			}
 			places := map[string]string{
-				"status":       m.get(t, m.llm+"/healthz"),
+				"status":       m.get(t, m.llm+"/healthz/full"),
 				"event stream": stream.String(),
 				"metrics":      m.get(t, m.admin+"/metrics"),
 				"config":       m.get(t, m.admin+"/config/"),

@@ -88,11 +88,11 @@ func newMix(t *testing.T, opts mixOptions) *mix {
 		engines = append(engines, line)
 		p := freePort(t)
 		m.sites[kind] = fmt.Sprintf("http://127.0.0.1:%d", p)
-		sites = append(sites, fmt.Sprintf(":%d {\n\tbind 127.0.0.1\n\t%s\n\thandle /healthz {\n\t\tgpu_turnstile_status\n\t}\n\tgpu_turnstile\n\treverse_proxy %s {\n\t\tflush_interval -1\n\t}\n}\n", p, opts.site, url))
+		sites = append(sites, fmt.Sprintf(":%d {\n\tbind 127.0.0.1\n\t%s\n\thandle /healthz {\n\t\tgpu_turnstile_status\n\t}\n\thandle /healthz/full {\n\t\tgpu_turnstile_status {\n\t\t\tdetail full\n\t\t}\n\t}\n\tgpu_turnstile\n\treverse_proxy %s {\n\t\tflush_interval -1\n\t}\n}\n", p, opts.site, url))
 	}
 	h.ports[2] = freePort(t)
 	h.admin = fmt.Sprintf("http://127.0.0.1:%d", h.ports[2])
-	h.llm = m.sites[opts.engines[0]] // where h.status reads /healthz
+	h.llm = m.sites[opts.engines[0]] // where h.status reads /healthz/full
 	logs := "log {\n\t\toutput discard\n\t}"
 	if os.Getenv("TURNSTILE_TEST_LOGS") != "" {
 		logs = "log {\n\t\tlevel DEBUG\n\t}"

@@ -118,7 +118,8 @@ func TestEventStreamFollowsTheGPU(t *testing.T) {
 			t.Fatalf("first event %+v", ev)
 		}
 	}
-	s := openEvents(t, h.client, h.llm+"/healthz?view=events", "")
+	// The full view, which names the waiters' paths and the job's prompt_id.
+	s := openEvents(t, h.client, h.llm+"/healthz/full?view=events", "")
 	s.next("the first status", func(sseEvent) bool { return true })
 
 	resume := h.ollama.HoldChats()

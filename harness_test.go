@@ -225,6 +225,11 @@ func (h *harness) caddyfile(opts harnessOptions) string {
 	handle /healthz {
 		gpu_turnstile_status
 	}
+	handle /healthz/full {
+		gpu_turnstile_status {
+			detail full
+		}
+	}
 	gpu_turnstile
 	reverse_proxy %s {
 		flush_interval -1
@@ -236,6 +241,11 @@ func (h *harness) caddyfile(opts harnessOptions) string {
 	%s
 	handle /healthz {
 		gpu_turnstile_status
+	}
+	handle /healthz/full {
+		gpu_turnstile_status {
+			detail full
+		}
 	}
 	gpu_turnstile
 	reverse_proxy %s
@@ -287,10 +297,11 @@ func freePort(t *testing.T) int {
 // ts returns the default turnstile's runtime.
 func (h *harness) ts() *turnstile { return runtimeOf(defaultName) }
 
-// status reads the status JSON through Caddy.
+// status reads the full status JSON through Caddy (/healthz/full: the
+// site's /healthz gives the public view).
 func (h *harness) status() Status {
 	h.t.Helper()
-	resp, err := h.client.Get(h.llm + "/healthz")
+	resp, err := h.client.Get(h.llm + "/healthz/full")
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -1,12 +1,14 @@
 package turnstile
 
 import (
+	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	tcfg "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
 )
@@ -36,7 +38,7 @@ func (ts *turnstile) Facts() httpapi.Facts {
 	f := httpapi.Facts{WaitBuffer: WaitBufferStatus{Bytes: ts.budget.Bytes(), Peak: ts.budget.Peak()}}
 	if c != nil {
 		f.WaitBuffer.Limit = c.WaitBuffer
-		f.WaitingLimit, f.Warnings = c.MaxWaiting, c.Routes.Warnings()
+		f.WaitingLimit, f.Warnings, f.PublicWarnings = c.MaxWaiting, c.Routes.Warnings(), c.Routes.PublicWarnings()
 	}
 	return f
 }
@@ -52,7 +54,9 @@ func (ts *turnstile) HoldWait() (time.Duration, bool) {
 // RetryAfter implements httpapi.Config.
 func (ts *turnstile) RetryAfter() int { return httpapi.Seconds(ts.retryAfter(ts.cfg())) }
 
-// StatusHandler answers with a turnstile's status: JSON by default, the
+// StatusHandler answers with a turnstile's status, in its public view
+// (httpapi.PublicStatus: no hold owners, process names, PIDs, URLs or
+// addresses) unless Detail is "full": JSON by default, the
 // live status page for browsers (Accept: text/html, or ?view=html), the
 // live events as Server-Sent Events (Accept: text/event-stream, or
 // ?view=events), the recent history with ?view=history. With ?ready=llm
@@ -63,6 +67,12 @@ func (ts *turnstile) RetryAfter() int { return httpapi.Seconds(ts.retryAfter(ts.
 type StatusHandler struct {
 	// The turnstile to report. Default "default".
 	Turnstile string `json:"turnstile,omitempty"`
+	// Detail is how much of the status this handler gives: "public"
+	// (the default: what anyone who may use the engines may see) or
+	// "full" (the whole status, as the admin endpoint gives it: hold
+	// owners, what presence saw, engine URLs, processes; for a route
+	// that only the operator reaches, behind basic_auth or the like).
+	Detail string `json:"detail,omitempty"`
 	// Controls lets this handler's clients cancel the running image job
 	// (DELETE ?view=job, and a "Cancel job" button on the page). Off by
 	// default: without it, DELETE gets 405. Turn it on only where the
@@ -90,6 +100,10 @@ func (StatusHandler) CaddyModule() caddy.ModuleInfo {
 // when its server begins to shut down, whichever comes first: the server
 // waits for open connections.
 func (h *StatusHandler) Provision(ctx caddy.Context) error {
+	full, err := tcfg.StatusDetailFull(h.Detail)
+	if err != nil {
+		return fmt.Errorf("gpu_turnstile_status: %w", err)
+	}
 	origin, err := httpapi.HandlerCrossOrigin("gpu_turnstile_status", h.TrustedOrigins)
 	if err != nil {
 		return err
@@ -98,7 +112,7 @@ func (h *StatusHandler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	h.routes = httpapi.StatusRoutes{Turnstile: ts.api(), Controls: h.Controls, Origin: origin,
+	h.routes = httpapi.StatusRoutes{Turnstile: ts.api(), Full: full, Controls: h.Controls, Origin: origin,
 		Done: ctx.Done(), Shutdown: httpapi.OnShutdown(ctx)}
 	return nil
 }

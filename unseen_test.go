@@ -96,7 +96,9 @@ func startUnseen(t *testing.T, withCard bool) *unseenRig {
 :%d {
 	bind 127.0.0.1
 	handle /healthz {
-		gpu_turnstile_status
+		gpu_turnstile_status {
+			detail full
+		}
 	}
 	gpu_turnstile
 	reverse_proxy %s

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"fmt"
+
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
@@ -76,6 +78,48 @@ func optionalArg(d *caddyfile.Dispenser) (string, error) {
 // option), the origins it trusts (trusted_origins, repeatable), and
 // options that take no argument and set a flag.
 func UnmarshalSiteRoute(d *caddyfile.Dispenser, name *string, origins *[]string, flags map[string]*bool) error {
+	return unmarshalSiteRoute(d, name, origins, flags, nil)
+}
+
+// UnmarshalStatusRoute parses the gpu_turnstile_status directive as
+// UnmarshalSiteRoute does, with its detail option (full or public) into
+// detail:
+//
+//	gpu_turnstile_status [NAME] {
+//		turnstile       NAME
+//		detail          full|public
+//		controls
+//		trusted_origins URL...
+//	}
+func UnmarshalStatusRoute(d *caddyfile.Dispenser, name *string, origins *[]string, controls *bool, detail *string) error {
+	return unmarshalSiteRoute(d, name, origins, map[string]*bool{"controls": controls}, map[string]func(string) error{
+		"detail": func(v string) error {
+			if _, err := StatusDetailFull(v); err != nil {
+				return err
+			}
+			*detail = v
+			return nil
+		},
+	})
+}
+
+// StatusDetailFull reports whether a status handler's detail gives the
+// full status: "full" does; "public" and "" (the default) give the
+// public view; anything else is an error.
+func StatusDetailFull(detail string) (bool, error) {
+	switch detail {
+	case "full":
+		return true, nil
+	case "", "public":
+		return false, nil
+	}
+	return false, fmt.Errorf("detail %q: want full or public", detail)
+}
+
+// unmarshalSiteRoute is UnmarshalSiteRoute with options that take one
+// argument, each checked and set by its func in values.
+func unmarshalSiteRoute(d *caddyfile.Dispenser, name *string, origins *[]string, flags map[string]*bool,
+	values map[string]func(string) error) error {
 	d.Next() // the directive's name
 	directive := d.Val()
 	arg, err := optionalArg(d)
@@ -109,6 +153,16 @@ func UnmarshalSiteRoute(d *caddyfile.Dispenser, name *string, origins *[]string,
 			}
 			*origins = append(*origins, args...)
 		default:
+			if set, ok := values[opt]; ok {
+				v, err := OneArg(d)
+				if err != nil {
+					return err
+				}
+				if err := set(v); err != nil {
+					return d.Errf("%s: %v", directive, err)
+				}
+				continue
+			}
 			flag, ok := flags[opt]
 			if !ok {
 				return d.Errf("%s: unknown option %q", directive, opt)

@@ -49,6 +49,10 @@ type engineRun struct {
 	// noGPUReading is set once the image engine is seen to report no
 	// GPU memory: its frees cannot be confirmed.
 	noGPUReading bool
+	// lastWorkflow is the signature of the last job sent to an image
+	// engine (where it is known): a front tier sends the next job of
+	// the same workflow where its models may still be.
+	lastWorkflow string
 
 	// probe is the readiness probe in flight, which concurrent readiness
 	// checks share (ready.go).

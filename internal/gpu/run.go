@@ -91,6 +91,7 @@ func (g *GPU) RunImage(ctx context.Context, run ImageRun) (string, error) {
 		return "cancelled", err
 	}
 	g.jobBegins(j, run.Workflow, g.lock.OwesFree())
+	g.ranWorkflow(j.e, run.Workflow)
 	return j.forward(ctx, run.Forward)
 }
 
@@ -235,4 +236,13 @@ func endSyncSubmit(span trace.Span, outcome string, err error) {
 		}
 	}
 	EndSpan(span, err)
+}
+
+// ranWorkflow records workflow as the last one sent to e, for the status
+// (a front tier reads it); an unknown one changes nothing.
+func (g *GPU) ranWorkflow(e Engine, workflow string) {
+	if workflow == "" {
+		return
+	}
+	g.withRun(e, func(r *engineRun) { r.lastWorkflow = workflow })
 }

@@ -64,6 +64,9 @@ type EngineStatus struct {
 	// list, read after LLM use and every unload_poll_interval while any
 	// is loaded).
 	Models []string `json:"models,omitempty"`
+	// LastWorkflow is the workflow signature of the last job sent to an
+	// image engine (internal/workflow), where it was known.
+	LastWorkflow string `json:"last_workflow,omitempty"`
 	// Processes is how many processes that serve an LLM engine's models
 	// were seen at the last look (its listener aside); ProcessesUnseen
 	// is set when they cannot be seen from here (another user's, another
@@ -181,7 +184,8 @@ func (g *GPU) enginesLocked(c *Config) []EngineStatus {
 		r := g.runLocked(e.Name())
 		out = append(out, EngineStatus{Name: e.Name(), Kind: e.Kind(), Class: class, URL: RedactURL(e.URL()),
 			Reachable: reach, State: r.state.String(), ProcessesLeft: r.processesLeft(), Waiting: r.waitWhy,
-			Models: r.served.Models, Processes: len(r.served.Servers), ProcessesUnseen: r.served.Unseen})
+			Models: r.served.Models, Processes: len(r.served.Servers), ProcessesUnseen: r.served.Unseen,
+			LastWorkflow: r.lastWorkflow})
 	}
 	for _, e := range c.LLMs {
 		add(e, "llm", g.runLocked(e.Name()).up.get())

@@ -74,7 +74,7 @@ func (a Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		return streamEvents(w, r, t, a.Done, nil)
+		return streamEvents(w, r, t, false, a.Done, nil)
 	case rest == "job":
 		if err := allow(r, http.MethodDelete); err != nil {
 			return err

@@ -36,12 +36,13 @@ func wantsEvents(r *http.Request) bool {
 // Caddy's exit waits for a stream; a browser reconnects to the new
 // config) or the client falls behind and is dropped.
 func (s *StatusRoutes) serveEvents(w http.ResponseWriter, r *http.Request) error {
-	return streamEvents(w, r, s.Turnstile, s.Done, s.Shutdown)
+	return streamEvents(w, r, s.Turnstile, !s.Full, s.Done, s.Shutdown)
 }
 
 // streamEvents streams t's events to w until r's client goes, either of
-// done and shutdown is closed (nil never is), or the client falls behind.
-func streamEvents(w http.ResponseWriter, r *http.Request, t Turnstile, done, shutdown <-chan struct{}) error {
+// done and shutdown is closed (nil never is), or the client falls behind;
+// with public, as the public view shows them (publicEvent).
+func streamEvents(w http.ResponseWriter, r *http.Request, t Turnstile, public bool, done, shutdown <-chan struct{}) error {
 	sub, err := t.Subscribe()
 	if err != nil {
 		// The page falls back to polling.
@@ -58,7 +59,12 @@ func streamEvents(w http.ResponseWriter, r *http.Request, t Turnstile, done, shu
 	hdr.Set("X-Accel-Buffering", "no") // nginx in front: do not buffer
 	w.WriteHeader(http.StatusOK)
 
-	first, err := json.Marshal(t.status())
+	var first []byte
+	if public {
+		first, err = json.Marshal(Public(t.status()))
+	} else {
+		first, err = json.Marshal(t.status())
+	}
 	if err != nil {
 		return err
 	}
@@ -82,6 +88,15 @@ func streamEvents(w http.ResponseWriter, r *http.Request, t Turnstile, done, shu
 					w.Write([]byte(": dropped: this stream fell behind; reconnect\n\n"))
 				}
 				return nil
+			}
+			if public {
+				var shown bool
+				if ev, shown, err = publicEvent(ev, t); !shown {
+					if err != nil {
+						return err
+					}
+					continue
+				}
 			}
 			writeEvent(&buf, ev)
 		case <-keepAlive.C:

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -244,5 +245,82 @@ func (p *vramPage) checkStale() {
 	}
 	if got := p.eval(`document.getElementById("vram-text").textContent`); !strings.Contains(got, ", read 1 min 3") {
 		t.Errorf("line %q: the reading's age", got)
+	}
+}
+
+// TestPageShowsThePublicView loads the page in headless Chromium on a
+// public view (no owners, URLs or prompt_id): it still shows the state,
+// whom the holds are for, the queue with each waiter's place and expected
+// start, and the engines; nothing reads "undefined".
+func TestPageShowsThePublicView(t *testing.T) {
+	ctx, problems := browsertest.New(t)
+	ts := testTurnstile("default")
+	t.Cleanup(ts.orch().Close)
+	st := secretStatus()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var err error
+		switch r.URL.Query().Get("view") {
+		case "json":
+			now := time.Now()
+			st.Since = now.Add(-time.Minute)
+			in := now.Add(90 * time.Second)
+			st.Waiters[0].Since, st.Waiters[0].ExpectedStart = now.Add(-5*time.Second), &in
+			st.Waiters[1].Since = now.Add(-3 * time.Second)
+			err = writeJSON(w, http.StatusOK, Public(st))
+		case "history":
+			err = writeJSON(w, http.StatusOK, PublicHistoryOf(ts.History(time.Time{})))
+		case "events":
+			http.NotFound(w, r)
+		default:
+			err = servePage(w, false)
+		}
+		if err != nil {
+			t.Error(err)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	if _, err := chromedp.Run(ctx, func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument,
+			page.AddScriptToEvaluateOnNewDocumentParams{Source: "delete window.EventSource;"})
+		return chromedp.Void{}, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Navigate(srv.URL+"/healthz")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById("state").textContent === "HOLD"`,
+		chromedp.WithPollingTimeout(20*time.Second))); err != nil {
+		t.Fatalf("the page never showed HOLD: %v; page errors %v", err, problems())
+	}
+	text := func(expr string) string {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("%s: %v", expr, err)
+		}
+		return s
+	}
+	if got := text(`document.getElementById("summary").textContent`); got != "Held for an external holder, the person at the machine." {
+		t.Errorf("summary %q", got)
+	}
+	waiters := text(`[...document.getElementById("waiters").children].map((li) => li.textContent).join(" | ")`)
+	if ok, _ := regexp.MatchString(`^hold · waiting \d(\.\d)? s · place 1 · expected to start in 1 min [23]\d s \| image · waiting \d(\.\d)? s · place 2$`, waiters); !ok {
+		t.Errorf("waiters %q", waiters)
+	}
+	holder := text(`document.getElementById("holder").textContent`)
+	for _, want := range []string{"Phaserunning", "Hold (presence)the person at the machine while present", "Holdan external holder until "} {
+		if !strings.Contains(holder, want) {
+			t.Errorf("who holds the GPU %q lacks %q", holder, want)
+		}
+	}
+	if got := text(`document.getElementById("upstreams").textContent`); !strings.Contains(got, "ollamallm ollama: emptied, reachable") || strings.Contains(got, "—") {
+		t.Errorf("engines %q", got)
+	}
+	if body := text(`document.body.innerText`); strings.Contains(body, "undefined") || strings.Contains(body, "secret") || strings.Contains(body, "null") {
+		t.Errorf("the page reads:\n%s", body)
+	}
+	if pr := problems(); len(pr) > 0 {
+		t.Fatalf("page errors: %v", pr)
 	}
 }

@@ -24,6 +24,9 @@ type Status struct {
 	// guarded requests proxied to an upstream that is none of the
 	// engines, at most 16. A config that loads starts with none.
 	Warnings []string `json:"warnings,omitempty"`
+	// PublicWarnings are Warnings without the upstreams' addresses, for
+	// the public view (Public).
+	PublicWarnings []string `json:"-"`
 }
 
 // WaitBufferStatus is the status JSON's "wait_buffer".
@@ -36,19 +39,24 @@ type WaitBufferStatus struct {
 // StatusOf is the status JSON of the GPU's status g, with the facts f of
 // its turnstile's config.
 func StatusOf(g gpu.Status, f Facts) Status {
-	return Status{Status: g, WaitBuffer: f.WaitBuffer, WaitingLimit: f.WaitingLimit, Warnings: f.Warnings}
+	return Status{Status: g, WaitBuffer: f.WaitBuffer, WaitingLimit: f.WaitingLimit, Warnings: f.Warnings,
+		PublicWarnings: f.PublicWarnings}
 }
 
 // status is t's status JSON now.
 func (t Turnstile) status() Status { return StatusOf(t.Status(), t.Config.Facts()) }
 
-// StatusRoutes answer a status handler's requests: the status JSON by
+// StatusRoutes answer a status handler's requests, each in the public
+// view (PublicStatus, PublicHistory) unless Full: the status JSON by
 // default, the live page for browsers (Accept: text/html, or ?view=html),
 // the live events as Server-Sent Events (Accept: text/event-stream, or
 // ?view=events), the recent history with ?view=history, a readiness check
 // with ?ready=llm|image, and with Controls, DELETE ?view=job.
 type StatusRoutes struct {
 	Turnstile Turnstile
+	// Full gives the whole status (detail full), for a route that only
+	// the operator reaches; without it, the public view.
+	Full bool
 	// Controls lets the clients cancel the running image job.
 	Controls bool
 	// Origin checks the requests that change state.
@@ -77,20 +85,33 @@ func (s *StatusRoutes) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
 		if !ready {
 			code = http.StatusServiceUnavailable
 		}
-		return writeJSON(w, code, StatusOf(gst, t.Config.Facts()))
+		return writeJSON(w, code, s.view(StatusOf(gst, t.Config.Facts())))
 	case view == "json":
 	case view == "history":
 		var since time.Time
 		if s := q.Get("since"); s != "" {
 			since, _ = time.Parse(time.RFC3339Nano, s)
 		}
-		return writeJSON(w, http.StatusOK, t.History(since))
+		h := t.History(since)
+		if !s.Full {
+			return writeJSON(w, http.StatusOK, PublicHistoryOf(h))
+		}
+		return writeJSON(w, http.StatusOK, h)
 	case view == "events" || (view == "" && wantsEvents(r)):
 		return s.serveEvents(w, r)
 	case view == "html" || (view == "" && wantsHTML(r)):
 		return servePage(w, s.Controls)
 	}
-	return writeJSON(w, http.StatusOK, t.status())
+	return writeJSON(w, http.StatusOK, s.view(t.status()))
+}
+
+// view is st as these routes show it: whole with Full, its public view
+// otherwise.
+func (s *StatusRoutes) view(st Status) any {
+	if s.Full {
+		return st
+	}
+	return Public(st)
 }
 
 // badStatusQuery says what is wrong with a status query, or "": a view

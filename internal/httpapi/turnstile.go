@@ -50,6 +50,8 @@ type Facts struct {
 	WaitBuffer   WaitBufferStatus
 	WaitingLimit int      // max_waiting
 	Warnings     []string // what the running config got wrong, seen at run time
+	// PublicWarnings are Warnings without the addresses they name.
+	PublicWarnings []string
 }
 
 // Turnstiles are every turnstile, for the admin endpoint's routes.

@@ -23,9 +23,9 @@ type Guard struct {
 	// given the engine's URL: the common case needs no parsing.
 	exact map[string]bool
 
-	mu       sync.Mutex
-	seen     map[string]bool
-	warnings []string
+	mu        sync.Mutex
+	seen      map[string]bool
+	misrouted []string // the first MaxWarnings misrouted upstreams, as seen
 }
 
 // NewGuard makes the Guard of engines given by their URLs.
@@ -56,9 +56,8 @@ func (g *Guard) Check(hostport string) (misrouted, first bool) {
 		return true, false
 	}
 	g.seen[hostport] = true
-	if len(g.warnings) < MaxWarnings {
-		g.warnings = append(g.warnings, fmt.Sprintf(
-			"guarded requests were proxied to %s, which is none of this turnstile's engines: the GPU may be shared unseen; send them to an engine's URL (gpu_turnstile_proxy does)", hostport))
+	if len(g.misrouted) < MaxWarnings {
+		g.misrouted = append(g.misrouted, hostport)
 	}
 	return true, true
 }
@@ -75,13 +74,31 @@ func (g *Guard) isEngine(a netaddr.Addr) bool {
 // Warnings name the misrouted upstreams seen, at most MaxWarnings, in the
 // order they were first seen; nil if none (or g is nil).
 func (g *Guard) Warnings() []string {
+	return g.warnings(func(hostport string) string { return hostport })
+}
+
+// PublicWarnings are Warnings without the upstreams' addresses, for a
+// status that strangers read: an address inside the network is the
+// operator's to know.
+func (g *Guard) PublicWarnings() []string {
+	return g.warnings(func(string) string { return "an upstream" })
+}
+
+// warnings words one warning per misrouted upstream, naming it as name
+// says; nil if none (or g is nil).
+func (g *Guard) warnings(name func(hostport string) string) []string {
 	if g == nil {
 		return nil
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(g.warnings) == 0 {
+	if len(g.misrouted) == 0 {
 		return nil
 	}
-	return append([]string(nil), g.warnings...)
+	out := make([]string, len(g.misrouted))
+	for i, hp := range g.misrouted {
+		out[i] = fmt.Sprintf("guarded requests were proxied to %s, which is none of this turnstile's engines: "+
+			"the GPU may be shared unseen; send them to an engine's URL (gpu_turnstile_proxy does)", name(hp))
+	}
+	return out
 }

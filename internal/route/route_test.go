@@ -33,6 +33,16 @@ func TestGuardCheck(t *testing.T) {
 	if len(w) != 6 || !strings.Contains(w[0], "127.0.0.1:9999") || !strings.Contains(w[5], "comfy.lan,") {
 		t.Fatalf("warnings %q", w)
 	}
+	// The public view's: the same warnings without the addresses.
+	p := g.PublicWarnings()
+	if len(p) != 6 || p[0] != strings.Replace(w[0], "127.0.0.1:9999", "an upstream", 1) {
+		t.Fatalf("public warnings %q", p)
+	}
+	for _, s := range p {
+		if strings.Contains(s, "comfy.lan") || strings.Contains(s, "10.0.0.5") || strings.Contains(s, ":9999") {
+			t.Errorf("public warning %q names an address", s)
+		}
+	}
 }
 
 func TestGuardWarningsBounded(t *testing.T) {

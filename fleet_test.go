@@ -1,0 +1,314 @@
+package turnstile
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestFleetAdaptShowsTheExpansion runs `caddy adapt` on a front tier:
+// gpu_turnstile_fleet is gpu_turnstile_classify, then reverse_proxy to
+// the hosts with lb_policy gpu_turnstile and the retries a front tier
+// needs.
+func TestFleetAdaptShowsTheExpansion(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "Caddyfile")
+	cfg := `:11434 {
+	gpu_turnstile_fleet gpu-a:11434 gpu-b:11434 gpu-c:11434 {
+		status_path /status
+		fallback    least_conn
+		stale       10s
+		health_uri  /healthz
+	}
+}
+`
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "adapt", "--config", path, "--adapter", "caddyfile")
+	cmd.Env = append(os.Environ(), childEnv+"=1", "HOME="+dir, "XDG_CONFIG_HOME="+dir, "XDG_DATA_HOME="+dir)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("caddy adapt: %v\n%s", err, out)
+	}
+	var adapted any
+	if err := json.Unmarshal(out, &adapted); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	handlers := handlersWith(adapted, "gpu_turnstile_classify")
+	if len(handlers) != 2 {
+		t.Fatalf("want classify + reverse_proxy, got %s", out)
+	}
+	classify, proxy := jsonString(t, handlers[0]), jsonString(t, handlers[1])
+	if !strings.Contains(classify, `"handler":"gpu_turnstile_classify"`) {
+		t.Errorf("first handler: %s", classify)
+	}
+	for _, want := range []string{
+		`"handler":"reverse_proxy"`,
+		`"policy":"gpu_turnstile"`, `"status_path":"/status"`, `"stale":10000000000`, `"fallback":{"policy":"least_conn"}`,
+		`"retries":2`, `"retry_match":[{"expression":"{http.reverse_proxy.status_code} in [429, 503]"}]`,
+		`"request_buffers":4194304`, `"flush_interval":-1`,
+		`{"dial":"gpu-a:11434"}`, `{"dial":"gpu-b:11434"}`, `{"dial":"gpu-c:11434"}`,
+		`"uri":"/healthz"`,
+	} {
+		if !strings.Contains(proxy, want) {
+			t.Errorf("reverse_proxy lacks %s: %s", want, proxy)
+		}
+	}
+}
+
+// handlersWith finds, in an adapted config, the list of handlers that
+// holds one of the handler name.
+func handlersWith(v any, name string) []any {
+	switch v := v.(type) {
+	case map[string]any:
+		if hs, ok := v["handle"].([]any); ok {
+			for _, h := range hs {
+				if m, ok := h.(map[string]any); ok && m["handler"] == name {
+					return hs
+				}
+			}
+		}
+		for _, e := range v {
+			if hs := handlersWith(e, name); hs != nil {
+				return hs
+			}
+		}
+	case []any:
+		for _, e := range v {
+			if hs := handlersWith(e, name); hs != nil {
+				return hs
+			}
+		}
+	}
+	return nil
+}
+
+// TestFleetRoutesChatsByWhatEachHostIsDoing runs three GPU hosts behind a
+// front with gpu_turnstile_fleet: a chat for a model only one host has
+// loaded goes there; during a host's image job, chats for its model go to
+// the others at once (none is refused by it and retried).
+func TestFleetRoutesChatsByWhatEachHostIsDoing(t *testing.T) {
+	a, b, c := startFleetHost(t, "a"), startFleetHost(t, "b"), startFleetHost(t, "c")
+	for _, load := range []struct {
+		h     *fleetHost
+		model string
+	}{{a, "llama3.2"}, {b, "qwen3:8b"}} {
+		if _, resp := send(t, http.MethodPost, load.h.llm+"/api/chat", chatBody(load.model, false)); resp.StatusCode != 200 {
+			t.Fatalf("loading %s on %s: %d", load.model, load.h.name, resp.StatusCode)
+		}
+		load.h.waitStatus(t, "with "+load.model+" loaded", loaded(load.model))
+	}
+	front := startFront(t, []string{a.addr, b.addr, c.addr}, "")
+	untilVia(t, front, "qwen3:8b", "b", 10)
+	untilVia(t, front, "llama3.2", "a", 5)
+
+	if _, resp := send(t, http.MethodPost, a.llm+"/prompt", promptBody(3_600_000)); resp.StatusCode != 200 {
+		t.Fatalf("image job on a: %d", resp.StatusCode)
+	}
+	a.waitStatus(t, "rendering", func(st Status) bool { return st.State == "image" })
+	rejects := `gpu_turnstile_busy_total{reason="reject",turnstile="default"}`
+	chatVia(t, front, "llama3.2") // the front has seen the job by now, or learns it here
+	before := a.metric(t, rejects)
+	for range 10 {
+		if host := chatVia(t, front, "llama3.2"); host == "a" {
+			t.Fatal("a chat went to the host that renders")
+		}
+	}
+	if n := a.metric(t, rejects) - before; n != 0 {
+		t.Errorf("%v chats were sent to the rendering host and refused there", n)
+	}
+	send(t, http.MethodPost, a.comfy.URL+"/interrupt", "{}")
+}
+
+// TestFleetImageJobGoesToTheIdleHostAndItsClientFollows: with one host
+// rendering and one held, an image job goes to the idle one; the same
+// client's later requests (by client_id, or by the cookie set on the
+// answer) follow it there, even once another host is idle, while another
+// client's job goes to the idle host.
+func TestFleetImageJobGoesToTheIdleHostAndItsClientFollows(t *testing.T) {
+	a, b, c := startFleetHost(t, "a"), startFleetHost(t, "b"), startFleetHost(t, "c")
+	if _, resp := send(t, http.MethodPost, a.llm+"/prompt", promptBody(3_600_000)); resp.StatusCode != 200 {
+		t.Fatalf("image job on a: %d", resp.StatusCode)
+	}
+	a.waitStatus(t, "rendering", func(st Status) bool { return st.State == "image" })
+	hold := b.hold(t)
+	b.waitStatus(t, "held", func(st Status) bool { return st.State == "hold" })
+	front := startFront(t, []string{a.addr, b.addr, c.addr}, "")
+	untilVia(t, front, "x", "c", 3) // the front knows the three
+
+	prompt := func(client string) string {
+		return fmt.Sprintf(`{"prompt":{"3":{"class_type":"KSampler","inputs":{"seed":%d}},"9":{"class_type":"SaveImage","inputs":{}}},"client_id":%q,"extra_data":{"fake_duration_ms":3600000}}`,
+			promptSeed.Add(1), client)
+	}
+	host, resp := send(t, http.MethodPost, front+"/prompt", prompt("cli1"))
+	if resp.StatusCode != 200 || host != "c" {
+		t.Fatalf("image job: %d on %q, want the idle host c", resp.StatusCode, host)
+	}
+	var pin *http.Cookie
+	for _, ck := range resp.Cookies() {
+		if ck.Name == "gpu_turnstile_host" {
+			pin = ck
+		}
+	}
+	if pin == nil {
+		t.Fatalf("no gpu_turnstile_host cookie on the image job's answer: %v", resp.Header)
+	}
+
+	b.release(t, hold)
+	b.waitStatus(t, "idle", func(st Status) bool { return st.State == "idle" })
+	untilVia(t, front, "x", "b", 1) // the front has seen b idle
+	for _, r := range []struct{ what, method, path, body, cookie string }{
+		{"its websocket's client id", http.MethodGet, "/queue?clientId=cli1", "", ""},
+		{"its cookie", http.MethodGet, "/history", "", pin.Name + "=" + pin.Value},
+	} {
+		var hdr []string
+		if r.cookie != "" {
+			hdr = []string{"Cookie", r.cookie}
+		}
+		if host, resp := send(t, r.method, front+r.path, r.body, hdr...); host != "c" || resp.StatusCode != 200 {
+			t.Errorf("the client's request by %s: %d on %q, want c", r.what, resp.StatusCode, host)
+		}
+	}
+	// Its next job waits on c, behind its first, though b is idle.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	next := (&harness{t: t, client: http.DefaultClient}).postAsync(ctx, front+"/prompt", prompt("cli1"))
+	c.waitStatus(t, "with the client's next job waiting", func(st Status) bool { return st.ImageWaiting == 1 })
+	cancel()
+	<-next
+	if host, resp := send(t, http.MethodPost, front+"/prompt", prompt("cli2")); host != "b" || resp.StatusCode != 200 {
+		t.Errorf("another client's job: %d on %q, want the idle host b", resp.StatusCode, host)
+	}
+	for _, h := range []*fleetHost{a, b, c} {
+		send(t, http.MethodPost, h.comfy.URL+"/interrupt", "{}")
+	}
+}
+
+// TestFleetHostStoppingLosesNoRequest stops the host that serves a
+// stream of chats: every chat succeeds (those it had not accepted are
+// retried elsewhere), and the others serve the rest.
+func TestFleetHostStoppingLosesNoRequest(t *testing.T) {
+	a, b, c := startFleetHost(t, "a"), startFleetHost(t, "b"), startFleetHost(t, "c")
+	send(t, http.MethodPost, b.llm+"/api/chat", chatBody("qwen3:8b", false))
+	b.waitStatus(t, "with qwen loaded", loaded("qwen3:8b"))
+	front := startFront(t, []string{a.addr, b.addr, c.addr}, "")
+	untilVia(t, front, "qwen3:8b", "b", 2)
+
+	errs := make(chan error, 4)
+	stop := make(chan struct{})
+	for range 4 {
+		go func() {
+			for {
+				select {
+				case <-stop:
+					errs <- nil
+					return
+				default:
+				}
+				resp, err := fleetClient.Post(front+"/api/chat", "application/json", strings.NewReader(chatBody("qwen3:8b", false)))
+				if err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != 200 {
+						err = fmt.Errorf("status %d from %q", resp.StatusCode, resp.Header.Get("X-GPU-Host"))
+					}
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond) // chats in flight on b as it stops
+	b.stop()
+	untilVia(t, front, "qwen3:8b", "a", 0)
+	close(stop)
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatalf("a chat was lost as its host stopped: %v", err)
+		}
+	}
+	for range 5 {
+		if host := chatVia(t, front, "qwen3:8b"); host == "b" {
+			t.Fatal("served by the stopped host")
+		}
+	}
+}
+
+// TestFleetStalledHostIsUnknownAfterStale: a host whose event stream
+// stalls (one status, then not even a keep-alive) is preferred while its
+// state is fresh, and unknown once stale has passed: its chats go to a
+// host whose stream is alive. Both hosts are fakes of a host's status
+// stream (a real one's keep-alives come every 10 s, which a stale this
+// short would not wait for).
+func TestFleetStalledHostIsUnknownAfterStale(t *testing.T) {
+	const stale = 500 * time.Millisecond
+	sent := make(chan time.Time, 1)
+	stalled := fakeStatusHost(t, "stalled", `["warm"]`, 0, sent)
+	live := fakeStatusHost(t, "live", `[]`, 50*time.Millisecond, nil)
+	front := startFront(t, []string{stalled, live}, "stale "+stale.String())
+	untilVia(t, front, "warm", "stalled", 3)
+	at := <-sent
+	deadline := time.Now().Add(10 * time.Second)
+	for chatVia(t, front, "warm") != "live" {
+		if time.Now().After(deadline) {
+			t.Fatal("the stalled host was still chosen")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if since := time.Since(at); since < stale {
+		t.Errorf("the stalled host was dropped %v after its status, before stale (%v)", since, stale)
+	}
+	untilVia(t, front, "warm", "live", 3)
+}
+
+// fakeStatusHost serves a host's status event stream (idle, models
+// loaded), then a keep-alive every keepAlive (0: none, the stream
+// stalls), and answers every other request 200 naming itself in
+// X-GPU-Host; sent, if not nil, is given the time of the first status.
+// It returns its host:port.
+func fakeStatusHost(t *testing.T, name, models string, keepAlive time.Duration, sent chan<- time.Time) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+			io.Copy(io.Discard, r.Body)
+			w.Header().Set("X-GPU-Host", name)
+			w.Write([]byte(`{"done":true}`))
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, "event: status\ndata: {\"state\":\"idle\",\"engines\":[{\"class\":\"llm\",\"state\":\"ready\",\"reachable\":true,\"models\":%s}]}\n\n", models)
+		w.(http.Flusher).Flush()
+		select {
+		case sent <- time.Now():
+		default:
+		}
+		var tick <-chan time.Time
+		if keepAlive > 0 {
+			tk := time.NewTicker(keepAlive)
+			defer tk.Stop()
+			tick = tk.C
+		}
+		for {
+			select {
+			case <-r.Context().Done():
+				return
+			case <-tick:
+				fmt.Fprint(w, ": keep-alive\n\n")
+				w.(http.Flusher).Flush()
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}

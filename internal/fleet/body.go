@@ -1,0 +1,39 @@
+package fleet
+
+import (
+	"bytes"
+	"net/url"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/jsonscan"
+)
+
+// Model returns the "model" a JSON body names at its top level; "" if
+// none (or if the body is not read to that member).
+func Model(body []byte) string {
+	raw, ok := jsonscan.Member(body, "model")
+	if !ok {
+		return ""
+	}
+	m, _ := jsonscan.String(raw)
+	return m
+}
+
+// bodyClient returns the top-level "client_id" of a JSON body (ComfyUI's
+// POST /prompt); "" if none.
+func bodyClient(body []byte) string {
+	if !bytes.Contains(body, []byte(`"client_id"`)) {
+		return ""
+	}
+	raw, ok := jsonscan.Member(body, "client_id")
+	if !ok {
+		return ""
+	}
+	id, _ := jsonscan.String(raw)
+	return id
+}
+
+// parseQuery parses a raw query, ignoring malformed pairs.
+func parseQuery(raw string) url.Values {
+	v, _ := url.ParseQuery(raw)
+	return v
+}
