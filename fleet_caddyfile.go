@@ -26,6 +26,12 @@ func init() {
 // busy (429) or unavailable (503): the host did not take it.
 const fleetRetryMatch = `"{http.reverse_proxy.status_code} in [429, 503]"`
 
+// fleetRetryBroken retries an LLM request whose connection broke before
+// any answer (a host that stops drops the connections still waiting to be
+// accepted): at worst the host began to generate an answer nobody reads.
+// An image job is not retried so, for it would then run twice.
+const fleetRetryBroken = `"{http.reverse_proxy.is_transport_error} == true && {http.vars.gpu_turnstile.class} == 'llm'"`
+
 // fleetRetries is how many other hosts a request refused by one is
 // tried on.
 const fleetRetries = 2
@@ -121,7 +127,12 @@ func fleetDefaults(rp *reverseproxy.Handler, policy *FleetSelection, given []str
 		lb.Retries = fleetRetries
 	}
 	if !slices.Contains(given, "lb_retry_match") {
-		lb.RetryMatchRaw = caddyhttp.RawMatcherSets{{"expression": json.RawMessage(fleetRetryMatch)}}
+		// The transport errors' set first: the status's errors out where
+		// there is no status, which would end the matching.
+		lb.RetryMatchRaw = caddyhttp.RawMatcherSets{
+			{"expression": json.RawMessage(fleetRetryBroken)},
+			{"expression": json.RawMessage(fleetRetryMatch)},
+		}
 	}
 	classify := new(ClassifyHandler)
 	if rp.RequestBuffers > 0 {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/fleet"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy/comfytest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama/ollamatest"
@@ -157,7 +158,44 @@ func startFront(t *testing.T, hosts []string, extra string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { caddy.Stop() })
-	return fmt.Sprintf("http://127.0.0.1:%d", port)
+	front := fmt.Sprintf("http://127.0.0.1:%d", port)
+	if extra == "" {
+		followed(t, front, hosts)
+	}
+	return front
+}
+
+// followed has the front start following its hosts (its first pick does,
+// for every host: a request that loads nothing) and waits until it knows
+// each one's state, so that no chat sent next goes by the fallback and
+// loads its model on the wrong host.
+func followed(t *testing.T, front string, hosts []string) {
+	t.Helper()
+	send(t, http.MethodGet, front+"/api/tags", "")
+	deadline := time.Now().Add(10 * time.Second)
+	for _, h := range hosts {
+		key := "follow http://" + h + "/healthz"
+		for !knownHost(key) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the front never learned the state of %s", h)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// knownHost reports whether the follower under key knows its host's
+// state.
+func knownHost(key string) bool {
+	known := false
+	fleetPool.Range(func(k, v any) bool {
+		if k == key {
+			known = v.(*fleet.Follower).Snapshot(time.Now(), 30*time.Second) != nil
+			return false
+		}
+		return true
+	})
+	return known
 }
 
 // fleetClient keeps no cookies: each test says which it sends.

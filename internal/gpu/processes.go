@@ -340,6 +340,10 @@ func (g *GPU) confirmGone(ctx context.Context, c *Config, e LLMEngine, contact e
 	if _, sleeps := e.(Waker); sleeps && !refused {
 		return nil
 	}
+	if !refused && !g.servesAny(e) {
+		g.setLeft(e, nil, "")
+		return nil // its API confirmed it, and no process of it was seen serving
+	}
 	if forced(ctx) {
 		g.ForgetProcesses("a hold with force")
 		return nil
@@ -428,6 +432,13 @@ func (g *GPU) leftCutShort(e Engine, refused bool) ([]procs.Proc, string) {
 		return nil, ""
 	}
 	return left, "unload_timeout passed before its processes could be read; last seen alive: " + procList(left)
+}
+
+// servesAny reports whether processes were last seen serving e's models.
+func (g *GPU) servesAny(e Engine) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.runLocked(e.Name()).served.Servers) > 0
 }
 
 // leftNow is what the status shows as left of e, and why.
