@@ -71,23 +71,9 @@ func parseFleetDirective(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, e
 	for _, host := range hosts {
 		proxy = append(proxy, caddyfile.Token{File: name.File, Line: name.Line, Text: host})
 	}
-	var block []caddyfile.Token
-	var given []string
-	for d.NextBlock(0) {
-		seg := d.NextSegment()
-		switch dir := seg.Directive(); dir {
-		case "status_path", "stale", "fallback":
-			sd := caddyfile.NewDispenser(seg)
-			sd.Next()
-			if err := policy.unmarshalOption(sd); err != nil {
-				return nil, err
-			}
-		case "lb_policy", "to", "dynamic":
-			return nil, d.Errf("gpu_turnstile_fleet: %s is not allowed: the hosts are the directive's, and they are chosen by lb_policy gpu_turnstile", dir)
-		default:
-			given = append(given, dir)
-			block = append(block, seg...)
-		}
+	block, given, err := splitFleetBlock(d, policy)
+	if err != nil {
+		return nil, err
 	}
 	if !slices.Contains(given, "transport") {
 		block = append(block, noKeepAlive(name, block)...)
@@ -113,6 +99,28 @@ func parseFleetDirective(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, e
 		r.MatcherSetsRaw = []caddy.ModuleMap{matcher}
 	}
 	return []httpcaddyfile.ConfigValue{{Class: "route", Value: r}}, nil
+}
+
+// splitFleetBlock reads the directive's block: the policy's own options
+// into policy, the rest (given, by subdirective) as reverse_proxy's.
+func splitFleetBlock(d *caddyfile.Dispenser, policy *FleetSelection) (block []caddyfile.Token, given []string, err error) {
+	for d.NextBlock(0) {
+		seg := d.NextSegment()
+		switch dir := seg.Directive(); dir {
+		case "status_path", "stale", "fallback":
+			sd := caddyfile.NewDispenser(seg)
+			sd.Next()
+			if err := policy.unmarshalOption(sd); err != nil {
+				return nil, nil, err
+			}
+		case "lb_policy", "to", "dynamic":
+			return nil, nil, d.Errf("gpu_turnstile_fleet: %s is not allowed: the hosts are the directive's, and they are chosen by lb_policy gpu_turnstile", dir)
+		default:
+			given = append(given, dir)
+			block = append(block, seg...)
+		}
+	}
+	return block, given, nil
 }
 
 // fleetDefaults completes the fleet's reverse_proxy rp (given: the

@@ -253,7 +253,7 @@ func TestFleetHostStoppingLosesNoRequest(t *testing.T) {
 // stream (a real one's keep-alives come every 10 s, which a stale this
 // short would not wait for).
 func TestFleetStalledHostIsUnknownAfterStale(t *testing.T) {
-	const stale = 500 * time.Millisecond
+	const stale = 2 * time.Second
 	sent := make(chan time.Time, 1)
 	stalled := fakeStatusHost(t, "stalled", `["warm"]`, 0, sent)
 	live := fakeStatusHost(t, "live", `[]`, 50*time.Millisecond, nil)

@@ -104,13 +104,7 @@ func (g *GPU) emptyLLM(ctx context.Context, c *Config, e LLMEngine, abnormal tim
 	g.withRun(e, func(r *engineRun) {
 		prev, r.state = r.state, stateEmptying
 	})
-	// What runs its models now is remembered before the unload, which
-	// may answer while a wrapper's child still holds one; bounded by
-	// probe_timeout, not taken from unload_timeout (a failed look keeps
-	// what was remembered).
-	lctx, lcancel := context.WithTimeout(ctx, c.ProbeTimeout)
-	g.lookAt(lctx, c, e, askServers)
-	lcancel()
+	g.lookBeforeEmptying(ctx, c, e)
 	ctx, cancel := context.WithTimeout(ctx, c.UnloadTimeout)
 	defer cancel()
 	var names, kept []string
@@ -159,6 +153,16 @@ func (g *GPU) emptyLLM(ctx context.Context, c *Config, e LLMEngine, abnormal tim
 		g.log().Info(e.Name()+" unloaded", zap.Strings("models", names), zap.Duration("duration", took))
 	}
 	return kept, nil
+}
+
+// lookBeforeEmptying remembers what runs e's models now, before the
+// unload, which may answer while a wrapper's child still holds one. It is
+// bounded by probe_timeout, not taken from unload_timeout; a failed look
+// keeps what was remembered.
+func (g *GPU) lookBeforeEmptying(ctx context.Context, c *Config, e LLMEngine) {
+	ctx, cancel := context.WithTimeout(ctx, c.ProbeTimeout)
+	defer cancel()
+	g.lookAt(ctx, c, e, askServers)
 }
 
 // unloadEarly asks the LLM engines to unload while their requests drain.

@@ -59,12 +59,7 @@ func streamEvents(w http.ResponseWriter, r *http.Request, t Turnstile, public bo
 	hdr.Set("X-Accel-Buffering", "no") // nginx in front: do not buffer
 	w.WriteHeader(http.StatusOK)
 
-	var first []byte
-	if public {
-		first, err = json.Marshal(Public(t.status()))
-	} else {
-		first, err = json.Marshal(t.status())
-	}
+	first, err := firstStatus(t, public)
 	if err != nil {
 		return err
 	}
@@ -89,14 +84,12 @@ func streamEvents(w http.ResponseWriter, r *http.Request, t Turnstile, public bo
 				}
 				return nil
 			}
-			if public {
-				var shown bool
-				if ev, shown, err = publicEvent(ev, t); !shown {
-					if err != nil {
-						return err
-					}
-					continue
-				}
+			ev, shown, err := viewEvent(ev, t, public)
+			if err != nil {
+				return err
+			}
+			if !shown {
+				continue
 			}
 			writeEvent(&buf, ev)
 		case <-keepAlive.C:
@@ -109,6 +102,23 @@ func streamEvents(w http.ResponseWriter, r *http.Request, t Turnstile, public bo
 			return nil
 		}
 	}
+}
+
+// firstStatus is the stream's first status event's data, in its view.
+func firstStatus(t Turnstile, public bool) ([]byte, error) {
+	if public {
+		return json.Marshal(Public(t.status()))
+	}
+	return json.Marshal(t.status())
+}
+
+// viewEvent is ev as the stream's view shows it; shown is false for an
+// event the public view leaves out.
+func viewEvent(ev gpu.Event, t Turnstile, public bool) (gpu.Event, bool, error) {
+	if !public {
+		return ev, true, nil
+	}
+	return publicEvent(ev, t)
 }
 
 // writeEvent appends ev in the event stream's format. Its data is JSON on
