@@ -31,7 +31,7 @@ func runFleet(args []string) error {
 	seed := fs.Uint64("seed", 1, "arrivals seed")
 	length := fs.Duration("length", 60*time.Second, "length of the (scaled) day")
 	chatRate := fs.Float64("chats", 3, "chats per second")
-	batchEvery := fs.Duration("batches", 8*time.Second, "mean time between image batches")
+	batchEvery := fs.Duration("batches", 20*time.Second, "mean time between image batches")
 	only := fs.String("policy", "", "run only the policy of this name")
 	fs.Parse(args)
 	load := fleetLoad{length: *length, chatRate: *chatRate, batchEvery: *batchEvery, jobMin: time.Second, job: 2 * time.Second}
@@ -58,7 +58,7 @@ func runFleet(args []string) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", p.name, err)
 		}
-		r := func(d time.Duration) string { return fmt.Sprintf("%.2f s", d.Seconds()) }
+		r := func(d time.Duration) string { return fmt.Sprintf("%d ms", d.Milliseconds()) }
 		fmt.Printf("%-26s %6d %9d %12s %10s %13s %11s %8d %7d\n", p.name, st.cold, st.switches,
 			r(percentile(st.chats, 0.5)), r(percentile(st.chats, 0.95)), r(percentile(st.images, 0.5)), r(percentile(st.images, 0.95)), st.retries, st.failed)
 		if st.firstErr != nil {
