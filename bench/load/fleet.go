@@ -20,6 +20,7 @@ import (
 // fleetStats is one policy's run.
 type fleetStats struct {
 	cold, switches  int
+	evictions       int             // loads that made room by unloading another model
 	chats, images   []time.Duration // waits, sorted
 	retries, failed int
 	firstErr        error
@@ -49,7 +50,7 @@ func runFleet(args []string) error {
 	}
 	fmt.Printf("Fleet day (seed %d): %d hosts, %v, %d chats over %d models, %d image jobs of %d workflows; model load %v\n",
 		*seed, *n, *length, chats, len(fleetModels), jobs, len(fleetWorkflows), costs.load)
-	fmt.Printf("%-26s %6s %9s %12s %10s %13s %11s %8s %7s\n", "policy", "cold", "switches", "chat median", "chat p95", "image median", "image p95", "retries", "failed")
+	fmt.Printf("%-26s %6s %7s %9s %12s %10s %13s %11s %8s %7s\n", "policy", "cold", "evicts", "switches", "chat median", "chat p95", "image median", "image p95", "retries", "failed")
 	for _, p := range fleetPolicies {
 		if *only != "" && p.name != *only {
 			continue
@@ -59,7 +60,7 @@ func runFleet(args []string) error {
 			return fmt.Errorf("%s: %w", p.name, err)
 		}
 		r := func(d time.Duration) string { return fmt.Sprintf("%d ms", d.Milliseconds()) }
-		fmt.Printf("%-26s %6d %9d %12s %10s %13s %11s %8d %7d\n", p.name, st.cold, st.switches,
+		fmt.Printf("%-26s %6d %7d %9d %12s %10s %13s %11s %8d %7d\n", p.name, st.cold, st.evictions, st.switches,
 			r(percentile(st.chats, 0.5)), r(percentile(st.chats, 0.95)), r(percentile(st.images, 0.5)), r(percentile(st.images, 0.95)), st.retries, st.failed)
 		if st.firstErr != nil {
 			fmt.Printf("  first failure: %v\n", st.firstErr)
@@ -118,20 +119,25 @@ func fleetRun(n int, p fleetPolicy, costs fleetCosts, day []fleetArrival) (fleet
 	}
 	sortAll(st.chats, st.images)
 	for _, h := range hosts {
-		cold, switches := gpuUse(h.gpu.Events())
+		cold, evictions, switches := gpuUse(h.gpu.Events())
 		st.cold += cold
+		st.evictions += evictions
 		st.switches += switches
 	}
 	return st, nil
 }
 
-// gpuUse counts, on one GPU's timeline, the model loads and the changes
-// between LLM use (a model load) and image use (a job's start).
-func gpuUse(ev []gputest.Event) (cold, switches int) {
+// gpuUse counts, on one GPU's timeline, the model loads, the models
+// evicted to make room for one, and the changes between LLM use (a model
+// load) and image use (a job's start).
+func gpuUse(ev []gputest.Event) (cold, evictions, switches int) {
 	use := ""
 	for _, e := range ev {
 		now := ""
 		switch {
+		case e.Service == "ollama" && strings.HasPrefix(e.What, "evict "):
+			evictions++
+			continue
 		case e.Service == "ollama" && strings.HasPrefix(e.What, "load "):
 			cold++
 			now = "llm"
@@ -145,5 +151,5 @@ func gpuUse(ev []gputest.Event) (cold, switches int) {
 		}
 		use = now
 	}
-	return cold, switches
+	return cold, evictions, switches
 }
