@@ -6,6 +6,7 @@
 //	go run ./bench/load switch  # GPU switch latency, both directions (-llm ollama,vllm -image comfyui,a1111: per engine pair)
 //	go run ./bench/load scale   # 10,000 LLM requests waiting behind a hold: memory, release time (-body 8MiB -n 100: the wait budget)
 //	go run ./bench/load day     # a simulated day: switches, cold loads, chat waits during renders; ours (with and without co_resident) vs the original policy
+//	go run ./bench/load fleet   # a fleet day: N hosts behind a front tier, gpu_turnstile_fleet vs least_conn, round_robin and the old front-tier example
 package main
 
 import (
@@ -25,7 +26,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: load ab|switch|scale|day [flags]")
+		fmt.Fprintln(os.Stderr, "usage: load ab|switch|scale|day|fleet [flags]")
 		os.Exit(2)
 	}
 	cmd, args := os.Args[1], os.Args[2:]
@@ -39,6 +40,8 @@ func main() {
 		err = runScale(args)
 	case "scale-clients":
 		err = runScaleClients(args)
+	case "fleet":
+		err = runFleet(args)
 	case "day":
 		err = runDay(args)
 	default:
