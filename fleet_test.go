@@ -287,10 +287,11 @@ func fakeStatusHost(t *testing.T, name, models string, keepAlive time.Duration, 
 			return
 		}
 		w.Header().Set("Content-Type", "text/event-stream")
+		at := time.Now() // before the status goes: the front cannot have seen it earlier
 		fmt.Fprintf(w, "event: status\ndata: {\"state\":\"idle\",\"engines\":[{\"class\":\"llm\",\"state\":\"ready\",\"reachable\":true,\"models\":%s}]}\n\n", models)
 		w.(http.Flusher).Flush()
 		select {
-		case sent <- time.Now():
+		case sent <- at:
 		default:
 		}
 		var tick <-chan time.Time

@@ -18,9 +18,12 @@ func TestFollowerStaleAfterStall(t *testing.T) {
 			t.Errorf("Accept %q", r.Header.Get("Accept"))
 		}
 		w.Header().Set("Content-Type", "text/event-stream")
+		// Taken before the status goes: the follower cannot have seen it
+		// earlier.
+		at := time.Now()
 		fmt.Fprint(w, "retry: 2000\nevent: status\ndata: {\"state\":\"idle\",\"engines\":[{\"class\":\"llm\",\"models\":[\"m\"]}]}\n\n")
 		w.(http.Flusher).Flush()
-		sent <- time.Now()
+		sent <- at
 		<-r.Context().Done()
 	}))
 	defer srv.Close()
