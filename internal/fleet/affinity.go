@@ -1,7 +1,9 @@
 package fleet
 
 import (
+	"cmp"
 	"maps"
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -103,6 +105,23 @@ func (a *Affinity) write() {
 				more = false
 			}
 		}
+		capAffinities(next, maxAffinities)
 		a.m.Store(&next)
+	}
+}
+
+// maxAffinities bounds the clients remembered: client ids come from
+// requests, and each new one copies the map.
+const maxAffinities = 4096
+
+// capAffinities drops from m the affinities that end soonest until it
+// holds at most limit.
+func capAffinities(m map[string]affinity, limit int) {
+	if len(m) <= limit {
+		return
+	}
+	clients := slices.SortedFunc(maps.Keys(m), func(x, y string) int { return cmp.Compare(m[x].expires, m[y].expires) })
+	for _, c := range clients[:len(clients)-limit] {
+		delete(m, c)
 	}
 }
