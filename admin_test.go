@@ -3,6 +3,7 @@ package turnstile
 import (
 	"context"
 	"encoding/json"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/metrics"
 	"io"
 	"net/http"
 	"regexp"
@@ -138,7 +139,7 @@ func TestHoldExpires(t *testing.T) {
 		t.Fatalf("LLM after the hold expired: %d", r.status)
 	}
 	h.waitIdle()
-	if got := counterValue(t, holdEvents.WithLabelValues("default", "expired")); got < 1 {
+	if got := counterValue(t, metrics.HoldEvents.WithLabelValues("default", "expired")); got < 1 {
 		t.Fatal("expiry not counted")
 	}
 }
@@ -293,7 +294,7 @@ func TestHoldWithoutWaiting(t *testing.T) {
 	}
 	h.releaseHold(t, got.ID)
 	h.waitIdle()
-	if got := counterValue(t, holdEvents.WithLabelValues("default", "busy")); got < 3 {
+	if got := counterValue(t, metrics.HoldEvents.WithLabelValues("default", "busy")); got < 3 {
 		t.Fatalf("busy refusals counted %v, want 3", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/metrics"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -69,7 +70,7 @@ func runChaos(t *testing.T, seed uint64, duration time.Duration) {
 		comfy:    comfytest.Options{JobDuration: 20 * time.Millisecond, FreeDelay: 5 * time.Millisecond},
 	})
 	h.waitIdle()
-	overload0 := counterValue(t, busyAnswers.WithLabelValues(defaultName, "overload"))
+	overload0 := counterValue(t, metrics.BusyAnswers.WithLabelValues(defaultName, "overload"))
 	ctx, stop := context.WithTimeout(context.Background(), duration)
 	defer stop()
 	var st chaosStats
@@ -161,7 +162,7 @@ func runChaos(t *testing.T, seed uint64, duration time.Duration) {
 	t.Logf("requests=%d llm=%d images=%d invalid=%d holds=%d large=%d cancels=%d faults=%d reloads=%d failed_reloads=%d statuses=%v overlaps=%d wait_buffer_peak=%d overload_answers=%v",
 		st.requests.Load(), st.llm.Load(), st.images.Load(), st.invalid.Load(), st.holds.Load(), st.large.Load(), st.cancels.Load(),
 		st.faults.Load(), st.reloads.Load(), st.failedReloads.Load(), codes, len(h.gpu.Overlaps()),
-		final.WaitBuffer.Peak, counterValue(t, busyAnswers.WithLabelValues(defaultName, "overload"))-overload0)
+		final.WaitBuffer.Peak, counterValue(t, metrics.BusyAnswers.WithLabelValues(defaultName, "overload"))-overload0)
 	checkNoGoroutinesLeft(t, h, before)
 }
 

@@ -16,7 +16,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
-	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/fleet"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/fleetcaddy"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/comfy/comfytest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama/ollamatest"
@@ -174,28 +174,14 @@ func followed(t *testing.T, front string, hosts []string) {
 	send(t, http.MethodGet, front+"/api/tags", "")
 	deadline := time.Now().Add(10 * time.Second)
 	for _, h := range hosts {
-		key := "follow http://" + h + "/healthz"
-		for !knownHost(key) {
+		url := "http://" + h + "/healthz"
+		for !fleetcaddy.Knows(url) {
 			if time.Now().After(deadline) {
 				t.Fatalf("the front never learned the state of %s", h)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-}
-
-// knownHost reports whether the follower under key knows its host's
-// state.
-func knownHost(key string) bool {
-	known := false
-	fleetPool.Range(func(k, v any) bool {
-		if k == key {
-			known = v.(*fleet.Follower).Snapshot(time.Now(), 30*time.Second) != nil
-			return false
-		}
-		return true
-	})
-	return known
 }
 
 // fleetClient keeps no cookies: each test says which it sends.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/metrics"
 	"os"
 	"regexp"
 	"slices"
@@ -335,7 +336,7 @@ func scrapeEverySeries(t *testing.T) promFamilies {
 
 	// What these fakes never do (a vLLM wake, a warm-up, a failed call, an
 	// overdue interrupt, co-residency), counted under a name of its own.
-	var m gpu.Metrics = newTurnstileMetrics("grafana-test")
+	var m gpu.Metrics = metrics.New("grafana-test")
 	m.Step("wake", "vllm", time.Second)
 	m.Step("warm", "ollama", time.Second)
 	m.UpstreamError("ollama", "ollama", "unload")

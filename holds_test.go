@@ -3,6 +3,7 @@ package turnstile
 import (
 	"context"
 	"encoding/json"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/metrics"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -179,7 +180,7 @@ func TestHoldSurvivesRestart(t *testing.T) {
 	}
 	t.Logf("LLM request waited %v for the restored hold", time.Since(start))
 	h.waitIdle()
-	if got := counterValue(t, holdEvents.WithLabelValues("default", "expired")); got < 1 {
+	if got := counterValue(t, metrics.HoldEvents.WithLabelValues("default", "expired")); got < 1 {
 		t.Fatal("the restored hold's expiry was not counted")
 	}
 	files, _ = filepath.Glob(filepath.Join(dir, "gpu_turnstile", "holds", "default", "*.json"))

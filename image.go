@@ -37,7 +37,7 @@ func (h *Handler) serveImage(w http.ResponseWriter, r *http.Request, next caddyh
 		})
 	}
 	reason, err := ts.answers(c).Image(w, r, e, err, deadline)
-	ts.metrics.busy(reason)
+	ts.metrics.Busy(reason)
 	return err
 }
 

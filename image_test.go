@@ -2,6 +2,7 @@ package turnstile
 
 import (
 	"context"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/metrics"
 	"strings"
 	"testing"
 	"time"
@@ -294,7 +295,7 @@ func TestOllamaFailingRefusesTheJob(t *testing.T) {
 		t.Fatalf("got %d %s, want 503 and no prompt at ComfyUI", r.status, r.body)
 	}
 	h.waitIdle()
-	if got := counterValue(t, upstreamErrors.WithLabelValues("default", "ollama", "ollama", "unload")); got < 1 {
+	if got := counterValue(t, metrics.UpstreamErrors.WithLabelValues("default", "ollama", "ollama", "unload")); got < 1 {
 		t.Fatal("the failed unload was not counted")
 	}
 }
@@ -304,10 +305,10 @@ func TestOllamaFailingRefusesTheJob(t *testing.T) {
 func TestFreeTimeoutReleases(t *testing.T) {
 	h := newHarness(t, harnessOptions{settings: "free_timeout 200ms"})
 	h.comfy.SetFreeStuck(true)
-	before := counterValue(t, upstreamErrors.WithLabelValues("default", "comfy", "comfyui", "free"))
+	before := counterValue(t, metrics.UpstreamErrors.WithLabelValues("default", "comfy", "comfyui", "free"))
 	promptID(t, h.post(context.Background(), h.image+"/prompt", promptBody(10)))
 	h.waitIdle()
-	if got := counterValue(t, upstreamErrors.WithLabelValues("default", "comfy", "comfyui", "free")) - before; got != 1 {
+	if got := counterValue(t, metrics.UpstreamErrors.WithLabelValues("default", "comfy", "comfyui", "free")) - before; got != 1 {
 		t.Fatalf("free failures counted %v, want 1", got)
 	}
 }

@@ -21,7 +21,7 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 	ts := h.ts
 	c := ts.cfg()
 	if c.GPU.Memory == nil && ts.gpu.TryLLM() {
-		ts.metrics.waitLLM.Observe(0)
+		ts.metrics.WaitLLM.Observe(0)
 		return ts.forwardLLM(w, r, next)
 	}
 	return h.waitLLM(w, r, next, c)
@@ -74,7 +74,7 @@ func (h *Handler) waitLLM(w http.ResponseWriter, r *http.Request, next caddyhttp
 		return next.ServeHTTP(w, r)
 	}
 	reason, err := ts.answers(c).LLM(out(), r, served)
-	ts.metrics.busy(reason)
+	ts.metrics.Busy(reason)
 	if n != nil {
 		return n.Finish(h.answerFailedForward(n.Writer(), r, route.LLM, err))
 	}

@@ -2,6 +2,7 @@ package turnstile
 
 import (
 	"context"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/metrics"
 	"io"
 	"net/http"
 	"regexp"
@@ -104,16 +105,16 @@ func TestMetricsPassPromlint(t *testing.T) {
 		t.Fatalf("registering twice (a reload): %v", err)
 	}
 	// Give every vector a series so promlint sees them.
-	newTurnstileMetrics("lint").waitLLM.Observe(0)
-	imageJobs.WithLabelValues("lint", "success").Add(0)
-	jobSeconds.WithLabelValues("lint", "success").Observe(0)
-	holdEvents.WithLabelValues("lint", "granted").Add(0)
-	upstreamErrors.WithLabelValues("lint", "ollama", "ollama", "unload").Add(0)
-	for step := range steps {
-		newTurnstileMetrics("lint").Step(step, "lint", 0)
+	metrics.New("lint").WaitLLM.Observe(0)
+	metrics.ImageJobs.WithLabelValues("lint", "success").Add(0)
+	metrics.JobSeconds.WithLabelValues("lint", "success").Observe(0)
+	metrics.HoldEvents.WithLabelValues("lint", "granted").Add(0)
+	metrics.UpstreamErrors.WithLabelValues("lint", "ollama", "ollama", "unload").Add(0)
+	for _, step := range []string{"unload", "free", "wake", "warm"} {
+		metrics.New("lint").Step(step, "lint", 0)
 	}
-	busyAnswers.WithLabelValues("lint", "reject").Add(0)
-	busyAnswers.WithLabelValues("lint", "overload").Add(0)
+	metrics.BusyAnswers.WithLabelValues("lint", "reject").Add(0)
+	metrics.BusyAnswers.WithLabelValues("lint", "overload").Add(0)
 	// A turnstile in the pool, so the gauges read at scrape time are there.
 	if _, _, err := turnstiles.LoadOrNew("lint", func() (caddy.Destructor, error) { return newTurnstile("lint"), nil }); err != nil {
 		t.Fatal(err)

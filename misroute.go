@@ -25,7 +25,7 @@ func (h *Handler) checkRoute(r *http.Request) {
 	if !misrouted {
 		return
 	}
-	h.ts.metrics.misrouted.Inc()
+	h.ts.metrics.Misrouted.Inc()
 	if first {
 		h.ts.log().Error("a guarded request was proxied to an upstream that is none of the turnstile's engines: the GPU may be shared unseen; proxy to the engine's URL (gpu_turnstile_proxy does)",
 			zap.String("upstream", hostport), zap.Strings("engines", h.ts.cfg().EngineSummary()), zap.String("path", r.URL.Path))

@@ -158,7 +158,7 @@ func TestMisroutedCountedThenSampled(t *testing.T) {
 		r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer).Set(upstreamVar, upstream)
 		return r
 	}
-	before := counterValue(t, ts.metrics.misrouted)
+	before := counterValue(t, ts.metrics.Misrouted)
 	for range 200 {
 		if err := h.ServeHTTP(httptest.NewRecorder(), to("127.0.0.1:9"), nopNext); err != nil {
 			t.Fatal(err)
@@ -166,7 +166,7 @@ func TestMisroutedCountedThenSampled(t *testing.T) {
 	}
 	h.ServeHTTP(httptest.NewRecorder(), to("localhost:1"), nopNext) // the engine
 	// 100 checked one by one, then the 128th and the 192nd.
-	if got := counterValue(t, ts.metrics.misrouted) - before; got != route.Always+2 {
+	if got := counterValue(t, ts.metrics.Misrouted) - before; got != route.Always+2 {
 		t.Fatalf("misrouted +%v after 200 misrouted requests, want +%d", got, route.Always+2)
 	}
 	errs := logs.FilterLevelExact(zapcore.ErrorLevel).All()

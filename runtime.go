@@ -9,6 +9,7 @@ import (
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/admit"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/gpu"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/httpapi"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/metrics"
 )
 
 // turnstiles holds one runtime per turnstile name, process-wide. Each
@@ -25,7 +26,7 @@ type turnstile struct {
 	// type so that the fast path's TryLLM and ReleaseLLM inline.
 	gpu     *gpu.GPU
 	name    string
-	metrics *turnstileMetrics
+	metrics *metrics.Turnstile
 
 	cfgp atomic.Pointer[config]
 	logp atomic.Pointer[zap.Logger]
@@ -34,7 +35,7 @@ type turnstile struct {
 }
 
 func newTurnstile(name string) *turnstile {
-	m := newTurnstileMetrics(name)
+	m := metrics.New(name)
 	ts := &turnstile{gpu: gpu.New(name, m), name: name, metrics: m}
 	ts.logp.Store(zap.NewNop())
 	ts.gpu.SetStatusView(func(g gpu.Status) any { return ts.statusOf(g) })

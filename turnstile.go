@@ -26,6 +26,8 @@ import (
 	"go.uber.org/zap"
 
 	tcfg "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/config"
+	// The front tier over several GPU hosts registers its modules.
+	_ "github.com/gpu-turnstile/caddy-gpu-turnstile/internal/fleetcaddy"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/store"
 )

@@ -1,4 +1,4 @@
-package turnstile
+package fleetcaddy
 
 import (
 	"net/http"

@@ -1,4 +1,4 @@
-package turnstile
+package fleetcaddy
 
 import (
 	"encoding/json"
@@ -321,3 +321,18 @@ var (
 	_ caddy.CleanerUpper    = (*FleetSelection)(nil)
 	_ caddyfile.Unmarshaler = (*FleetSelection)(nil)
 )
+
+// Knows reports whether a front in this process follows the host whose
+// status stream is at statusURL ("http://HOST:PORT/healthz") and knows
+// its state now: what a front's first picks wait for in tests.
+func Knows(statusURL string) bool {
+	known := false
+	fleetPool.Range(func(k, v any) bool {
+		if k == "follow "+statusURL {
+			known = v.(*fleet.Follower).Snapshot(time.Now(), 30*time.Second) != nil
+			return false
+		}
+		return true
+	})
+	return known
+}
