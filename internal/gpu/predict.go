@@ -1,12 +1,12 @@
 package gpu
 
 import (
-	"fmt"
-	"math"
 	"time"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/eta"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/lock"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/words"
 )
 
 // What keeps the GPU from a waiter now (WaiterStatus.WaitingFor), beside
@@ -211,40 +211,9 @@ func (o Outlook) Words() string {
 	if o.Position == 0 {
 		return ""
 	}
-	s := "you would be " + ordinal(o.Position) + " in line"
+	s := "you would be " + words.Ordinal(o.Position) + " in line"
 	if o.Known {
-		s += ", expected to start in " + aboutDuration(o.Wait)
+		s += ", expected to start in " + words.About(o.Wait)
 	}
 	return s
-}
-
-// ordinal writes n as 1st, 2nd, 3rd, 4th, 11th, 21st.
-func ordinal(n int) string {
-	suffix := "th"
-	if n%100 < 11 || n%100 > 13 {
-		switch n % 10 {
-		case 1:
-			suffix = "st"
-		case 2:
-			suffix = "nd"
-		case 3:
-			suffix = "rd"
-		}
-	}
-	return fmt.Sprintf("%d%s", n, suffix)
-}
-
-// aboutDuration writes d rounded up for people: "about 40 s", "about 3
-// min", "about 2 h".
-func aboutDuration(d time.Duration) string {
-	switch s := math.Ceil(d.Seconds()); {
-	case s < 1:
-		return "a moment"
-	case s < 90:
-		return fmt.Sprintf("about %.0f s", s)
-	case s < 90*60:
-		return fmt.Sprintf("about %.0f min", math.Ceil(s/60))
-	default:
-		return fmt.Sprintf("about %.0f h", math.Ceil(s/3600))
-	}
 }

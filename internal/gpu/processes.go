@@ -73,7 +73,7 @@ func (g *GPU) processLoop() {
 		if !g.awaitLook() {
 			return
 		}
-		if sleepCtx(g.ctx, time.Until(last.Add(minLookSpacing))) != nil {
+		if poll.Sleep(g.ctx, time.Until(last.Add(minLookSpacing))) != nil {
 			return
 		}
 		last = time.Now()
@@ -499,21 +499,6 @@ func procList(ps []procs.Proc) string {
 		names[i] = fmt.Sprintf("%d (%s)", p.PID, p.Name)
 	}
 	return strings.Join(names, ", ")
-}
-
-// sleepCtx waits d, or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // OutcomeForgotten is the outcome of DELETE /gpu_turnstile/job?force=1

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/words"
 )
 
 // memoryPrefix marks a cause that is a lack of video memory (ForMemory),
@@ -50,40 +52,11 @@ func outlook(s State) string {
 	if s.Position == 0 {
 		return ""
 	}
-	out := fmt.Sprintf("; %s in line", ordinal(s.Position))
+	out := fmt.Sprintf("; %s in line", words.Ordinal(s.Position))
 	if s.Known {
-		out += ", expected to start in " + about(s.Expected)
+		out += ", expected to start in " + words.About(s.Expected)
 	}
 	return out
-}
-
-// ordinal writes n as 1st, 2nd, 3rd, 4th, 11th, 21st.
-func ordinal(n int) string {
-	suffix := "th"
-	if n%100 < 11 || n%100 > 13 {
-		switch n % 10 {
-		case 1:
-			suffix = "st"
-		case 2:
-			suffix = "nd"
-		case 3:
-			suffix = "rd"
-		}
-	}
-	return fmt.Sprintf("%d%s", n, suffix)
-}
-
-// about writes a predicted wait in words: "a moment", "about 40 s",
-// "about 3 min".
-func about(d time.Duration) string {
-	switch s := int((d + time.Second - 1) / time.Second); {
-	case s < 1:
-		return "a moment"
-	case s < 90:
-		return fmt.Sprintf("about %d s", s)
-	default:
-		return fmt.Sprintf("about %d min", (s+59)/60)
-	}
 }
 
 // holding is what the cause does to the GPU, in a notice.

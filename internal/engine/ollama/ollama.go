@@ -112,7 +112,7 @@ func (o *Engine) EmptyBut(ctx context.Context, _ *zap.Logger, keep func(model st
 // of it is alive, both at once. Models that appear meanwhile (a load that
 // finished after all) are unloaded.
 func (o *Engine) confirmAfterAbort(ctx context.Context, since time.Time) ([]string, error) {
-	if err := sleepCtx(ctx, time.Until(since.Add(abortSettle))); err != nil {
+	if err := poll.Sleep(ctx, time.Until(since.Add(abortSettle))); err != nil {
 		return nil, fmt.Errorf("%w: the deadline passed while an aborted load could still be running", errOllamaBusy)
 	}
 	var names []string
@@ -145,21 +145,6 @@ func describeRunners(rs []ollama.Runner) string {
 		pids[i] = r.PID
 	}
 	return fmt.Sprintf("%d runner processes of it %v are", len(rs), pids)
-}
-
-// sleepCtx waits d, or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 var (

@@ -42,3 +42,18 @@ func (p *Pacer) Wait(ctx context.Context) error {
 		return nil
 	}
 }
+
+// Sleep waits d, or until ctx ends, and returns ctx's error if it did.
+func Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
