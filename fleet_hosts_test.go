@@ -33,8 +33,15 @@ type fleetHost struct {
 
 func startFleetHost(t *testing.T, name string) *fleetHost {
 	t.Helper()
+	return startFleetHostWith(t, name, ollamatest.Options{})
+}
+
+// startFleetHostWith is startFleetHost with its fake Ollama's options.
+func startFleetHostWith(t *testing.T, name string, o ollamatest.Options) *fleetHost {
+	t.Helper()
 	g := &fleetHost{gpuHost: gpuHost{name: name, gpu: gputest.New()}}
-	g.ollama = ollamatest.NewServer(g.gpu, ollamatest.Options{Models: []string{"llama3.2", "qwen3:8b", "x", "warm"}})
+	o.Models = []string{"llama3.2", "qwen3:8b", "x", "warm"}
+	g.ollama = ollamatest.NewServer(g.gpu, o)
 	g.comfy = comfytest.NewServer(g.gpu, comfytest.Options{})
 	port, adminPort := freePort(t), freePort(t)
 	g.addr = fmt.Sprintf("127.0.0.1:%d", port)

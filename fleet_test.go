@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama/ollamatest"
 )
 
 // TestFleetAdaptShowsTheExpansion runs `caddy adapt` on a front tier:
@@ -128,6 +130,51 @@ func TestFleetRoutesChatsByWhatEachHostIsDoing(t *testing.T) {
 		t.Errorf("%v chats were sent to the rendering host and refused there", n)
 	}
 	send(t, http.MethodPost, a.comfy.URL+"/interrupt", "{}")
+}
+
+// TestFleetChatFollowsAModelStillLoading: Ollama lists a model only once
+// it has loaded, so while the first chat for a model loads it on one
+// host, the hosts' statuses show it nowhere; a second chat for it goes to
+// the host loading it, not to another idle host to load it cold there too.
+func TestFleetChatFollowsAModelStillLoading(t *testing.T) {
+	slow := ollamatest.Options{LoadDelay: 2 * time.Second}
+	hosts := []*fleetHost{startFleetHostWith(t, "a", slow), startFleetHostWith(t, "b", slow), startFleetHostWith(t, "c", slow)}
+	front := startFront(t, []string{hosts[0].addr, hosts[1].addr, hosts[2].addr}, "")
+	first := make(chan string, 1)
+	go func() {
+		_, resp := send(t, http.MethodPost, front+"/api/chat", chatBody("qwen3:8b", false))
+		first <- resp.Header.Get("X-GPU-Host")
+	}()
+	loading := func() bool {
+		for _, h := range hosts {
+			for _, e := range h.gpu.Events() {
+				if strings.HasPrefix(e.What, "load qwen3") {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for deadline := time.Now().Add(10 * time.Second); !loading(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first chat's model never began to load")
+		}
+	}
+	second := chatVia(t, front, "qwen3:8b")
+	if got := <-first; got != second {
+		t.Errorf("the second chat went to %s, the first (loading the model) to %s", second, got)
+	}
+	loads := 0
+	for _, h := range hosts {
+		for _, e := range h.gpu.Events() {
+			if strings.HasPrefix(e.What, "load qwen3") {
+				loads++
+			}
+		}
+	}
+	if loads != 1 {
+		t.Errorf("the model was loaded %d times in the fleet, want 1", loads)
+	}
 }
 
 // TestFleetImageJobGoesToTheIdleHostAndItsClientFollows: with one host
@@ -258,6 +305,9 @@ func TestFleetStalledHostIsUnknownAfterStale(t *testing.T) {
 	stalled := fakeStatusHost(t, "stalled", `["warm"]`, 0, sent)
 	live := fakeStatusHost(t, "live", `[]`, 50*time.Millisecond, nil)
 	front := startFront(t, []string{stalled, live}, "stale "+stale.String())
+	// No chat goes by the fallback: one sent to live would count as
+	// warm there too.
+	followed(t, front, []string{stalled, live})
 	untilVia(t, front, "warm", "stalled", 3)
 	at := <-sent
 	deadline := time.Now().Add(10 * time.Second)

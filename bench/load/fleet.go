@@ -34,6 +34,7 @@ func runFleet(args []string) error {
 	chatRate := fs.Float64("chats", 3, "chats per second")
 	batchEvery := fs.Duration("batches", 20*time.Second, "mean time between image batches")
 	only := fs.String("policy", "", "run only the policy of this name")
+	fs.BoolVar(&fleetTimeline, "timeline", false, "print each host's model loads, evictions and image jobs")
 	fs.Parse(args)
 	load := fleetLoad{length: *length, chatRate: *chatRate, batchEvery: *batchEvery, jobMin: time.Second, job: 2 * time.Second}
 	// A tenth of a real day's costs: a 2 s model load, 6 GiB models on a
@@ -119,12 +120,29 @@ func fleetRun(n int, p fleetPolicy, costs fleetCosts, day []fleetArrival) (fleet
 	}
 	sortAll(st.chats, st.images)
 	for _, h := range hosts {
+		if fleetTimeline {
+			printTimeline(h, start)
+		}
 		cold, evictions, switches := gpuUse(h.gpu.Events())
 		st.cold += cold
 		st.evictions += evictions
 		st.switches += switches
 	}
 	return st, nil
+}
+
+// fleetTimeline is the -timeline flag.
+var fleetTimeline bool
+
+// printTimeline prints what happened on h's GPU that gpuUse counts, in
+// seconds from start.
+func printTimeline(h *fleetHost, start time.Time) {
+	for _, e := range h.gpu.Events() {
+		w := e.What
+		if strings.HasPrefix(w, "load ") || strings.HasPrefix(w, "evict ") || strings.HasPrefix(w, "job ") {
+			fmt.Printf("%s %7.2f %-6s %s\n", h.name, e.At.Sub(start).Seconds(), e.Service, w)
+		}
+	}
 }
 
 // gpuUse counts, on one GPU's timeline, the model loads, the models

@@ -116,7 +116,7 @@ func plainFront(policy, health string) func(string) string {
 func fleetFront(hosts string) string {
 	return fmt.Sprintf(`gpu_turnstile_fleet %s {
 		fallback least_conn
-		stale 3s
+		keep_for_chats 3s
 	}`, hosts)
 }
 

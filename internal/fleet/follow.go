@@ -33,6 +33,10 @@ type Follower struct {
 	// event or a keep-alive comment), in Unix nanoseconds; 0 while not
 	// connected.
 	seen atomic.Int64
+	// sent is what this front sent there of which models.
+	sent sent
+	// most is the most models its status has listed at once.
+	most atomic.Int32
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -68,6 +72,15 @@ func (f *Follower) Snapshot(now time.Time, stale time.Duration) *Host {
 	}
 	return f.host.Load()
 }
+
+// Sending reports whether this front has a request for model in flight
+// to the host, or had one a moment ago (settleFor): the model is loaded
+// or loading there, even while its status does not list it yet.
+func (f *Follower) Sending(model string, now time.Time) bool { return f.sent.has(model, now) }
+
+// Capacity is the most models the host's status has listed at once: how
+// many it can hold, as far as this front has seen.
+func (f *Follower) Capacity() int { return int(f.most.Load()) }
 
 // Destruct stops following, and waits for the stream to end.
 func (f *Follower) Destruct() error {
@@ -132,6 +145,9 @@ func (f *Follower) stream(ctx context.Context) (got bool) {
 			if event == "status" && len(data) > 0 {
 				if h, err := ParseHost(data); err == nil {
 					f.host.Store(h)
+					if n := int32(len(h.Models)); n > f.most.Load() {
+						f.most.Store(n)
+					}
 					got = true
 				}
 			}

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"math"
+	"slices"
 	"time"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
@@ -13,6 +14,13 @@ type Candidate struct {
 	Up       bool   // its health checks pass (Caddy's Available)
 	Requests int    // requests in flight to it through this front
 	Pin      string // its PinCookie value
+	// Sent is true when this front has the request's model in flight to
+	// it, or had a moment ago: loaded or loading there, whatever its
+	// status says yet (an engine lists a model once it has loaded).
+	Sent bool
+	// Capacity is the most models it has been seen with at once (0 if
+	// none yet).
+	Capacity int
 }
 
 // None is what Pick returns when no upstream's state decides: the
@@ -44,13 +52,22 @@ func (r rank) less(o rank) bool {
 	return r.b < o.b
 }
 
+// Policy is what Pick weighs beside the candidates.
+type Policy struct {
+	Now time.Time
+	// KeepForChats is how much later an image job would rather start
+	// behind another host's render than take a host kept for chats
+	// (keptForChats).
+	KeepForChats time.Duration
+}
+
 // Pick chooses the upstream for q among cs: its index, or None when the
 // fallback policy is to choose (no candidate's state is known, or q is
 // neither LLM nor image work and has no pin). pin is the PinCookie value
 // of the host q's client is kept on ("" if none). An upstream whose
 // health checks fail is never chosen; one already tried for q only when
 // every other is. It does no I/O and allocates nothing.
-func Pick(q *Request, cs []Candidate, pin string) int {
+func (p Policy) Pick(q *Request, cs []Candidate, pin string) int {
 	if pin != "" && q.Class != route.LLM {
 		for i := range cs {
 			if cs[i].Up && cs[i].Pin == pin && !tried(q, i) {
@@ -71,7 +88,7 @@ func Pick(q *Request, cs []Candidate, pin string) int {
 		if q.Class == route.LLM {
 			r = llmRank(q, c)
 		} else {
-			r = imageRank(q, c)
+			r = p.imageRank(q, cs, i)
 		}
 		if tried(q, i) {
 			r.tier = tierTried
@@ -82,6 +99,33 @@ func Pick(q *Request, cs []Candidate, pin string) int {
 	}
 	if best != None && bestRank.tier >= tierUnknown && !anyKnown(cs) {
 		return None
+	}
+	if bestRank.tier == tierRoom && q.Class == route.LLM {
+		return fewestEvictions(q, cs)
+	}
+	return best
+}
+
+// fewestEvictions is, among the candidates with room for q's model, the
+// one where loading it evicts least (by evictions, where memory figures
+// do not say it fits), then by llmRank. Only a model that must load cold
+// pays for this look at every host's models.
+func fewestEvictions(q *Request, cs []Candidate) int {
+	best, bestRank := None, rank{tier: math.MaxInt}
+	for i := range cs {
+		if !cs[i].Up || tried(q, i) {
+			continue
+		}
+		r := llmRank(q, &cs[i])
+		if r.tier != tierRoom {
+			continue
+		}
+		if !cs[i].Host.Memory {
+			r.a = evictions(cs, i)
+		}
+		if r.less(bestRank) {
+			best, bestRank = i, r
+		}
 	}
 	return best
 }
@@ -98,10 +142,12 @@ func anyKnown(cs []Candidate) bool {
 	return false
 }
 
-// llmRank ranks c for an LLM request: the model loaded and nothing in
-// the way; else idle or llm with room for it (the fewest in flight
-// first); else the earliest predicted start (now for one that must only
-// unload; those with none after, the shortest queue first); unknown last.
+// llmRank ranks c for an LLM request: the model loaded (or on its way
+// there from this front) and nothing in the way; else idle or llm with
+// room for it (fewestEvictions orders those), then idle before busy, then
+// the fewest in flight; else the earliest predicted start (now for one that must only
+// unload; those with none after, the shortest queue first); unknown
+// last.
 func llmRank(q *Request, c *Candidate) rank {
 	h := c.Host
 	if h == nil || !h.LLMUp {
@@ -109,28 +155,107 @@ func llmRank(q *Request, c *Candidate) rank {
 	}
 	load := int64(h.LLMInflight + c.Requests)
 	if !h.blocked() {
-		if h.Loaded(q.Model) {
+		if c.Sent || h.Loaded(q.Model) {
 			return rank{tier: tierReady, a: load}
 		}
-		if (h.State == "idle" || h.State == "llm") && h.Fits(q.Model) {
-			busy := int64(1)
-			if h.State == "idle" {
-				busy = 0
-			}
-			return rank{tier: tierRoom, a: busy, b: load}
+		if h.Memory && !h.Fits(q.Model) {
+			// No room: it unloads what it must, with nothing in the way.
+			return rank{tier: tierLater, a: 0, b: load}
 		}
-		// No room: it unloads what it must, with nothing in the way.
-		return rank{tier: tierLater, a: 0, b: load}
+		busy := int64(1)
+		if h.State == "idle" {
+			busy = 0
+		}
+		return rank{tier: tierRoom, b: busy<<32 | load}
 	}
-	return rank{tier: tierLater, a: startKey(h.LLMStart), b: int64(h.LLMWaiting+h.ImageWaiting+h.HoldWaiting) + load}
+	return rank{tier: tierLater, a: startKey(h.LLMStart), b: int64(h.LLMWaiting+h.HoldWaiting+h.ImageWaiting) + load}
 }
 
-// imageRank ranks c for an image job (or a request of an image client):
-// idle first, the one that last ran the workflow before the others; else
-// the one that last ran it, then the earliest predicted start (a host
-// in llm with nothing waiting starts once it has unloaded: now); unknown
-// last.
-func imageRank(q *Request, c *Candidate) rank {
+// evictions is what making room on cs[i] may cost in models loaded again
+// later: each model loaded there counts 1, and 4 when no other host that
+// is free for chats has it loaded (its next chat loads it cold).
+func evictions(cs []Candidate, i int) int64 {
+	var n int64
+	for _, m := range cs[i].Host.Models {
+		n++
+		if !loadedElsewhere(cs, i, m) {
+			n += 3
+		}
+	}
+	return n
+}
+
+// loadedElsewhere reports whether a host of cs other than cs[i] that
+// chats may go to has model loaded.
+func loadedElsewhere(cs []Candidate, i int, model string) bool {
+	for j := range cs {
+		h := cs[j].Host
+		if j != i && cs[j].Up && h != nil && h.LLMUp && !h.blocked() && h.Loaded(model) {
+			return true
+		}
+	}
+	return false
+}
+
+// free reports whether chats may go to c now: its LLM engines are up and
+// nothing image-bound is in their way.
+func free(c *Candidate) bool {
+	return c.Up && c.Host != nil && c.Host.LLMUp && !c.Host.blocked()
+}
+
+// keptForChats reports whether cs[i] is kept out of image work: it is free
+// for chats, and the models loaded on the hosts free for chats (those in
+// use) would not fit on the others without it, by the most models each
+// has held at once (or any host has, if more: a host that has not yet
+// been asked for more models may well hold them). An image job then queues behind one that renders
+// rather than leave the chats to swap models on too few hosts.
+func keptForChats(cs []Candidate, i int) bool {
+	if !free(&cs[i]) {
+		return false
+	}
+	inUse, room, most := 0, 0, 1
+	for j := range cs {
+		most = max(most, cs[j].Capacity)
+	}
+	for j := range cs {
+		if !free(&cs[j]) {
+			continue
+		}
+		if j != i {
+			room += max(cs[j].Capacity, most)
+		}
+		for k, m := range cs[j].Host.Models {
+			if !loadedBefore(cs, j, k, m) {
+				inUse++
+			}
+		}
+	}
+	return inUse > room
+}
+
+// loadedBefore reports whether model m, the k-th of cs[j]'s, is also
+// loaded on a host free for chats before it (counted there).
+func loadedBefore(cs []Candidate, j, k int, m string) bool {
+	if slices.Contains(cs[j].Host.Models[:k], m) {
+		return true
+	}
+	for i := range j {
+		if free(&cs[i]) && slices.Contains(cs[i].Host.Models, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// imageRank ranks cs[i] for an image job (or a request of an image
+// client): idle first, the one that last ran the workflow before the
+// others, then the one whose models are fewest and most often loaded
+// elsewhere (an image job empties the host's LLM engines); else the one
+// that last ran it, then the earliest predicted start (a host in llm with
+// nothing waiting starts once it has unloaded: now), a host kept for
+// chats starting KeepForChats from now; unknown last.
+func (p Policy) imageRank(q *Request, cs []Candidate, i int) rank {
+	c := &cs[i]
 	h := c.Host
 	if h == nil || !h.ImageUp {
 		return rank{tier: tierUnknown, a: int64(c.Requests)}
@@ -139,14 +264,18 @@ func imageRank(q *Request, c *Candidate) rank {
 	if h.Ran(q.Workflow) {
 		other = 0
 	}
+	cost := evictions(cs, i)<<16 | int64(c.Requests)
+	if keptForChats(cs, i) {
+		return rank{tier: tierLater, a: other<<62 | min(p.Now.Add(p.KeepForChats).UnixNano(), 1<<62-1), b: cost}
+	}
 	if h.State == "idle" && !h.ImagePending && h.HoldWaiting == 0 && h.LLMWaiting == 0 {
-		return rank{tier: tierReady, a: other, b: int64(c.Requests)}
+		return rank{tier: tierReady, a: other, b: cost}
 	}
 	start := startKey(h.ImageStart)
 	if h.State == "llm" && !h.ImagePending && h.HoldWaiting == 0 {
 		start = 0
 	}
-	return rank{tier: tierLater, a: other<<62 | min(start, 1<<62-1), b: int64(h.ImageWaiting+h.HoldWaiting) + int64(c.Requests)}
+	return rank{tier: tierLater, a: other<<62 | min(start, 1<<62-1), b: cost + int64(h.ImageWaiting+h.HoldWaiting)}
 }
 
 // startKey orders predicted starts: a known one by its time, none after

@@ -22,6 +22,7 @@ func TestPick(t *testing.T) {
 	lateW1 := &Host{State: "image", LLMUp: true, ImageUp: true, ImagePending: true, ImageStart: now.Add(time.Minute), Workflows: []string{"w1"}}
 	noLLM := &Host{State: "idle", ImageUp: true}
 
+	two := func(models ...string) *Host { return &Host{State: "idle", LLMUp: true, ImageUp: true, Models: models} }
 	llm := &Request{Class: route.LLM, Model: "qwen"}
 	image := &Request{Class: route.Image, Workflow: "w1"}
 	pass := &Request{Class: route.Passthrough}
@@ -55,7 +56,20 @@ func TestPick(t *testing.T) {
 		{"llm: the pin does not count", llm, up(idle, warm), "pin0", 1},
 		{"image: the idle one", image, up(warm, idle), "", 1},
 		{"image: the idle one that ran the workflow", image, up(idle, ranW1), "", 1},
-		{"image: llm with nothing waiting starts now", image, up(late, warm), "", 1},
+		{"image: llm with nothing waiting starts now", image, up(late, warm, warm), "", 1},
+		{"image: not the last host free for chats", image, up(soon, warm), "", 0},
+		{"image: the last host free for chats before a render that starts later than KeepForChats", image, up(&Host{State: "image", ImageUp: true, LLMUp: true, ImagePending: true, ImageStart: now.Add(time.Hour)}, warm), "", 1},
+		{"image: the last host free for chats when it has none to serve", image, up(late, &Host{State: "llm", LLMUp: true, ImageUp: true}), "", 1},
+		{"image: the idle host whose models are loaded elsewhere", image,
+			up(warm, &Host{State: "idle", LLMUp: true, ImageUp: true, Models: []string{"x"}}, &Host{State: "idle", LLMUp: true, ImageUp: true, Models: []string{"qwen"}}), "", 2},
+		{"image: queues behind a render while the others' models would not fit without the host", image,
+			[]Candidate{{Host: soon, Up: true}, {Host: two("x", "y"), Up: true, Capacity: 2}, {Host: two("z", "w"), Up: true, Capacity: 2}}, "", 0},
+		{"image: takes a host free for chats when the others hold its models", image,
+			[]Candidate{{Host: late, Up: true}, {Host: two("x"), Up: true, Capacity: 2}, {Host: two("y"), Up: true, Capacity: 2}}, "", 1},
+		{"llm: a model on its way there counts as loaded", llm, []Candidate{{Host: idle, Up: true}, {Host: &Host{State: "llm", LLMUp: true}, Up: true, Sent: true}}, "", 1},
+		{"llm: room where nothing is evicted first", llm, up(&Host{State: "idle", LLMUp: true, Models: []string{"x"}}, &Host{State: "llm", LLMUp: true}), "", 1},
+		{"llm: evict a model loaded elsewhere before the last copy of one", llm,
+			up(&Host{State: "idle", LLMUp: true, Models: []string{"x"}}, &Host{State: "idle", LLMUp: true, Models: []string{"y"}}, &Host{State: "llm", LLMUp: true, Models: []string{"y"}, LLMInflight: 1}), "", 1},
 		{"image: the earliest predicted start", image, up(late, soon), "", 1},
 		{"image: the one that ran the workflow first", image, up(soon, lateW1), "", 1},
 		{"image: its client's host", image, up(idle, rendering), "pin1", 1},
@@ -67,7 +81,7 @@ func TestPick(t *testing.T) {
 		{"retry: the one tried when it is the only one", &Request{Class: route.LLM, Model: "qwen", Tried: 1}, up(warm), "", 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := Pick(c.q, c.cs, c.pin); got != c.want {
+			if got := (Policy{Now: now, KeepForChats: 30 * time.Second}).Pick(c.q, c.cs, c.pin); got != c.want {
 				t.Errorf("picked %d, want %d", got, c.want)
 			}
 		})
@@ -107,9 +121,10 @@ func BenchmarkPick16(b *testing.B) {
 			Models: []string{"m" + fmt.Sprint(i), "other"}, Memory: true, Room: 1 << 30, Footprints: map[string]int64{"m3": 1 << 20}}}
 	}
 	q := &Request{Class: route.LLM, Model: "m11"}
+	p := Policy{Now: time.Now(), KeepForChats: 30 * time.Second}
 	b.ReportAllocs()
 	for b.Loop() {
-		if Pick(q, cs, "") != 11 {
+		if p.Pick(q, cs, "") != 11 {
 			b.Fatal("wrong pick")
 		}
 	}

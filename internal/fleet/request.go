@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/kinds"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
@@ -34,6 +35,32 @@ type Request struct {
 	// Tried has bit i set once the upstream at index i of the pool was
 	// picked for this request (up to 64 upstreams).
 	Tried uint64
+
+	on *Follower // the host of the try under way, for an LLM request's model
+}
+
+// SentTo records that q's next try goes to f's host (nil: a host not
+// followed). The try before it, if any, ended refused: a request is tried
+// again only after its host refused it or could not be reached.
+func (q *Request) SentTo(f *Follower, now time.Time) {
+	if q.Class != route.LLM || q.Model == "" {
+		return
+	}
+	if q.on != nil {
+		q.on.sent.end(q.Model, now, false)
+	}
+	if q.on = f; f != nil {
+		f.sent.begin(q.Model)
+	}
+}
+
+// Done records that q has ended at now, served by the host of its last
+// try.
+func (q *Request) Done(now time.Time) {
+	if q.on != nil {
+		q.on.sent.end(q.Model, now, true)
+		q.on = nil
+	}
 }
 
 // Read classifies r by its route, as gpu_turnstile does in auto mode, and

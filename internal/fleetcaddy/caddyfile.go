@@ -42,6 +42,7 @@ const fleetRetries = 2
 //		status_path PATH
 //		fallback    POLICY
 //		stale       DURATION
+//		keep_for_chats DURATION
 //		<reverse_proxy subdirectives>
 //	}
 //
@@ -107,7 +108,7 @@ func splitFleetBlock(d *caddyfile.Dispenser, policy *FleetSelection) (block []ca
 	for d.NextBlock(0) {
 		seg := d.NextSegment()
 		switch dir := seg.Directive(); dir {
-		case "status_path", "stale", "fallback":
+		case "status_path", "stale", "fallback", "keep_for_chats":
 			sd := caddyfile.NewDispenser(seg)
 			sd.Next()
 			if err := policy.unmarshalOption(sd); err != nil {

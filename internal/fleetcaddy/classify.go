@@ -2,6 +2,7 @@ package fleetcaddy
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -71,6 +72,7 @@ func (c *ClassifyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next
 	caddyhttp.SetVar(ctx, VarModel, q.Model)
 	caddyhttp.SetVar(ctx, VarWorkflow, q.Workflow)
 	caddyhttp.SetVar(ctx, varRequest, q)
+	defer func() { q.Done(time.Now()) }()
 	return next.ServeHTTP(w, r)
 }
 

@@ -27,6 +27,7 @@ const (
 	defaultStatusPath = "/healthz"
 	defaultStale      = 30 * time.Second // three of the stream's keep-alives
 	defaultAffinity   = time.Hour
+	defaultKeep       = 30 * time.Second
 )
 
 // fleetPool holds what the policies of every config share, so that a
@@ -56,6 +57,11 @@ type FleetSelection struct {
 	// Affinity is how long an image client stays on its host after its
 	// last placement (default 1h).
 	Affinity caddy.Duration `json:"affinity,omitempty"`
+	// KeepForChats is how much later an image job would rather start
+	// behind another host's render than take a host that the chats
+	// need: one free for chats whose models would not fit on the others
+	// (default 30s).
+	KeepForChats caddy.Duration `json:"keep_for_chats,omitempty"`
 	// FallbackRaw chooses when no upstream's state is known (default
 	// random).
 	FallbackRaw json.RawMessage `json:"fallback,omitempty" caddy:"namespace=http.reverse_proxy.selection_policies inline_key=policy"`
@@ -91,6 +97,9 @@ func (s *FleetSelection) Provision(ctx caddy.Context) error {
 	}
 	if s.Affinity <= 0 {
 		s.Affinity = caddy.Duration(defaultAffinity)
+	}
+	if s.KeepForChats <= 0 {
+		s.KeepForChats = caddy.Duration(defaultKeep)
 	}
 	if s.FallbackRaw == nil {
 		s.FallbackRaw = caddyconfig.JSONModuleObject(reverseproxy.RandomSelection{}, "policy", "random", nil)
@@ -146,14 +155,15 @@ func (s *FleetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request,
 		f := s.follower(u)
 		cs[i] = fleet.Candidate{Up: u.Available(), Requests: u.NumRequests()}
 		if f != nil {
-			cs[i].Host, cs[i].Pin = f.Snapshot(now, stale), f.Pin()
+			cs[i].Host, cs[i].Pin, cs[i].Capacity = f.Snapshot(now, stale), f.Pin(), f.Capacity()
+			cs[i].Sent = q.Class == route.LLM && q.Model != "" && f.Sending(q.Model, now)
 		}
 	}
 	pin := s.affinity.Lookup(q.Client, now)
 	if pin == "" {
 		pin = q.Pin
 	}
-	i := fleet.Pick(q, cs, pin)
+	i := fleet.Policy{Now: now, KeepForChats: time.Duration(s.KeepForChats)}.Pick(q, cs, pin)
 	var u *reverseproxy.Upstream
 	if i != fleet.None {
 		u = pool[i]
@@ -168,6 +178,11 @@ func (s *FleetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request,
 	}
 	if i >= 0 && i < 64 {
 		q.Tried |= 1 << uint(i)
+	}
+	if i >= 0 && i < len(cs) {
+		f, _ := s.followers.Load(u)
+		fl, _ := f.(*fleet.Follower)
+		q.SentTo(fl, now)
 	}
 	if q.Class != route.LLM && i >= 0 && i < len(cs) && cs[i].Pin != "" {
 		s.keep(q, cs[i].Pin, pin, now, w)
@@ -262,6 +277,7 @@ func indexOf(pool reverseproxy.UpstreamPool, u *reverseproxy.Upstream) int {
 //		status_path PATH
 //		fallback    POLICY
 //		stale       DURATION
+//		keep_for_chats DURATION
 //	}
 func (s *FleetSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the policy's name
@@ -285,12 +301,16 @@ func (s *FleetSelection) unmarshalOption(d *caddyfile.Dispenser) error {
 	switch opt {
 	case "status_path":
 		s.StatusPath = d.Val()
-	case "stale":
+	case "stale", "keep_for_chats":
 		dur, err := caddy.ParseDuration(d.Val())
 		if err != nil || dur <= 0 {
-			return d.Errf("stale %q: want a duration such as 30s", d.Val())
+			return d.Errf("%s %q: want a duration such as 30s", opt, d.Val())
 		}
-		s.Stale = caddy.Duration(dur)
+		if opt == "stale" {
+			s.Stale = caddy.Duration(dur)
+		} else {
+			s.KeepForChats = caddy.Duration(dur)
+		}
 	case "fallback":
 		if s.FallbackRaw != nil {
 			return d.Err("fallback selection policy already specified")
@@ -307,7 +327,7 @@ func (s *FleetSelection) unmarshalOption(d *caddyfile.Dispenser) error {
 		s.FallbackRaw = caddyconfig.JSONModuleObject(sel, "policy", name, nil)
 		return nil
 	default:
-		return d.Errf("lb_policy gpu_turnstile: unknown option %q (want status_path, fallback or stale)", opt)
+		return d.Errf("lb_policy gpu_turnstile: unknown option %q (want status_path, fallback, stale or keep_for_chats)", opt)
 	}
 	if d.NextArg() {
 		return d.ArgErr()
