@@ -13,6 +13,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"go.uber.org/zap"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/fleet"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/route"
@@ -28,6 +29,9 @@ const (
 	defaultStale      = 30 * time.Second // three of the stream's keep-alives
 	defaultAffinity   = time.Hour
 	defaultKeep       = 30 * time.Second
+	// keepAlive is how often a host's status stream says something
+	// when nothing changes.
+	keepAlive = 10 * time.Second
 )
 
 // fleetPool holds what the policies of every config share, so that a
@@ -100,6 +104,10 @@ func (s *FleetSelection) Provision(ctx caddy.Context) error {
 	}
 	if s.KeepForChats <= 0 {
 		s.KeepForChats = caddy.Duration(defaultKeep)
+	}
+	if time.Duration(s.Stale) <= keepAlive {
+		ctx.Logger().Warn("stale is not longer than the hosts' status keep-alive: a host with nothing new to say counts as unknown between its events",
+			zap.Duration("stale", time.Duration(s.Stale)), zap.Duration("keep_alive", keepAlive))
 	}
 	if s.FallbackRaw == nil {
 		s.FallbackRaw = caddyconfig.JSONModuleObject(reverseproxy.RandomSelection{}, "policy", "random", nil)

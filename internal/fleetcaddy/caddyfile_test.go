@@ -1,0 +1,39 @@
+package fleetcaddy
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+)
+
+func TestPolicyCaddyfile(t *testing.T) {
+	s := new(FleetSelection)
+	d := caddyfile.NewTestDispenser(`gpu_turnstile {
+		status_path /status
+		stale 45s
+		keep_for_chats 2m
+	}`)
+	if err := s.UnmarshalCaddyfile(d); err != nil {
+		t.Fatal(err)
+	}
+	if s.StatusPath != "/status" || time.Duration(s.Stale) != 45*time.Second || time.Duration(s.KeepForChats) != 2*time.Minute {
+		t.Errorf("read %+v", s)
+	}
+}
+
+func TestPolicyCaddyfileInvalid(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"gpu_turnstile {\n\tstale 0s\n}", `stale "0s": want a duration`},
+		{"gpu_turnstile {\n\tkeep_for_chats soon\n}", `keep_for_chats "soon": want a duration`},
+		{"gpu_turnstile {\n\tkeep_for_chats\n}", "wrong argument count"},
+		{"gpu_turnstile {\n\tstale 1s 2s\n}", "wrong argument count"},
+		{"gpu_turnstile {\n\tretries 3\n}", `unknown option "retries"`},
+	} {
+		err := new(FleetSelection).UnmarshalCaddyfile(caddyfile.NewTestDispenser(c.in))
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "Testfile:2") {
+			t.Errorf("%q: %v, want an error with %q and its line", c.in, err, c.want)
+		}
+	}
+}
