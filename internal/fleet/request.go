@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/kinds"
@@ -87,7 +89,7 @@ func Read(r *http.Request, limit int64) (*Request, error) {
 	}
 	switch q.Class {
 	case route.LLM:
-		if q.Model = r.URL.Query().Get("model"); q.Model == "" {
+		if q.Model = queryModel(r.URL.RawQuery); q.Model == "" {
 			q.Model = Model(body)
 		}
 	case route.Image:
@@ -101,30 +103,64 @@ func Read(r *http.Request, limit int64) (*Request, error) {
 }
 
 // readBounded reads r's body up to limit bytes and puts back a reader of
-// the whole body; whole is false when there was more.
+// the whole body; whole is false when there was more. A body of known
+// length is read into one buffer of its size.
 func readBounded(r *http.Request, limit int64) (_ []byte, whole bool, _ error) {
 	size := limit + 1
 	if r.ContentLength >= 0 && r.ContentLength < size {
 		size = r.ContentLength + 1
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, size))
-	n, err := buf.ReadFrom(io.LimitReader(r.Body, limit+1))
-	if err != nil {
-		r.Body = readCloser{io.MultiReader(bytes.NewReader(buf.Bytes()), r.Body), r.Body}
+	buf := make([]byte, 0, min(size, 32<<10))
+	var err error
+	for int64(len(buf)) < limit+1 {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, int(min(int64(cap(buf)), limit+1-int64(len(buf)))))
+		}
+		var n int
+		n, err = r.Body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err != nil {
+			break
+		}
+	}
+	if err == io.EOF {
+		err = nil
+	}
+	whole = err == nil && int64(len(buf)) <= limit
+	p := &replay{rest: r.Body, more: !whole}
+	p.buf.Reset(buf)
+	r.Body = p
+	if !whole {
 		return nil, false, err
 	}
-	if n > limit {
-		r.Body = readCloser{io.MultiReader(bytes.NewReader(buf.Bytes()), r.Body), r.Body}
-		return nil, false, nil
-	}
-	r.Body = readCloser{bytes.NewReader(buf.Bytes()), r.Body}
-	return buf.Bytes(), true, nil
+	return buf, true, nil
 }
 
-// readCloser reads from one reader and closes the original body.
-type readCloser struct {
-	io.Reader
-	io.Closer
+// replay is a body read ahead: what was read, then (when it was not the
+// whole) the rest of the original, which it closes.
+type replay struct {
+	buf  bytes.Reader
+	rest io.ReadCloser
+	more bool
+}
+
+func (p *replay) Read(b []byte) (int, error) {
+	n, err := p.buf.Read(b)
+	if err == io.EOF && p.more {
+		return p.rest.Read(b)
+	}
+	return n, err
+}
+
+func (p *replay) Close() error { return p.rest.Close() }
+
+// queryModel is the model a query names, "" if none; the common
+// query-less request costs nothing.
+func queryModel(raw string) string {
+	if !strings.Contains(raw, "model=") {
+		return ""
+	}
+	return parseQuery(raw).Get("model")
 }
 
 // queryClient is the client_id (or ComfyUI websocket's clientId) a query
