@@ -112,6 +112,50 @@ func TestHandlerPathsDoNotAllocate(t *testing.T) {
 	}
 }
 
+// memoryAwareAllocs bounds what the memory-aware path allocates for a
+// request admitted at once: its state (body, forward, ticket), its
+// body's buffer and the timer (with its func) that would cut a read
+// still blocked at the deadline.
+const memoryAwareAllocs = 4
+
+// TestHandlerMemoryAwareAllocates pins that bound, with the body still
+// forwarded whole.
+func TestHandlerMemoryAwareAllocates(t *testing.T) {
+	h := llmInUseHandler("alloc-memory")
+	h.ts.cfg().GPU.Memory = &gpu.MemoryConfig{}
+	body := []byte(typicalChatBody)
+	rd := bytes.NewReader(body)
+	src := io.NopCloser(rd)
+	r := benchRequest("POST", "/api/chat")
+	r.ContentLength = int64(len(body))
+	vars := r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
+	got := make([]byte, 2*len(body))
+	var forwarded int
+	next := caddyhttp.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) error {
+		n, _ := io.ReadFull(r.Body, got)
+		if bytes.Equal(got[:n], body) {
+			forwarded++
+		}
+		return nil
+	})
+	w := httptest.NewRecorder()
+	n := testing.AllocsPerRun(200, func() {
+		delete(vars, handledVar)
+		rd.Reset(body)
+		r.Body = src
+		h.ServeHTTP(w, r, next)
+	})
+	if forwarded != 201 { // AllocsPerRun runs it once more first
+		t.Fatalf("the body was forwarded whole %d times of 201", forwarded)
+	}
+	if n > memoryAwareAllocs {
+		t.Fatalf("%v allocations per request on the memory-aware path, want at most %d", n, memoryAwareAllocs)
+	}
+}
+
+// typicalChatBody is a typical chat request's body.
+const typicalChatBody = `{"model":"llama3.2","messages":[{"role":"user","content":"Why is the sky blue? Answer in one paragraph."}],"stream":true}`
+
 // BenchmarkHandlerLLMMemoryAware is BenchmarkHandlerLLM with
 // vram_admission on: the body is read for the model it names before the
 // request goes on (the card's memory is not read here: that happens on
@@ -120,7 +164,7 @@ func BenchmarkHandlerLLMMemoryAware(b *testing.B) {
 	h := benchHandler(b)
 	h.ts.cfg().GPU.Memory = &gpu.MemoryConfig{}
 	h.ts.gpu.TryLLM()
-	body := []byte(`{"model":"llama3.2","messages":[{"role":"user","content":"Why is the sky blue? Answer in one paragraph."}],"stream":true}`)
+	body := []byte(typicalChatBody)
 	rd := bytes.NewReader(body)
 	src := io.NopCloser(rd)
 	r := benchRequest("POST", "/api/chat")

@@ -34,25 +34,11 @@ func (h *Handler) serveLLM(w http.ResponseWriter, r *http.Request, next caddyhtt
 // failure becomes the stream's last chunk.
 func (h *Handler) waitLLM(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, c *config) error {
 	ts := h.ts
-	body := &admit.LLMBody{Budget: &ts.budget, Limits: c.Limits(admit.LLMBodyLimit, ts.log()), W: w, R: r}
-	var n *notice.Wait
-	out := func() http.ResponseWriter {
-		if n != nil {
-			return n.Writer()
-		}
-		return w
-	}
+	call := &admit.LLMForward{Next: next, LLMBody: admit.LLMBody{Budget: &ts.budget, Limits: c.Limits(admit.LLMBodyLimit, ts.log()), W: w, R: r}}
+	arrival := admit.Arrival(r)
 	run := gpu.LLMRun{
-		Reject: c.Reject, Wait: c.LLMWait, Arrival: admit.Arrival(r), DuringJob: h.DuringJob != "",
-		Body: body,
-		Forward: func(a *gpu.Answered) error {
-			if a == nil {
-				return next.ServeHTTP(out(), r)
-			}
-			o := &admit.Outcome{ResponseWriter: out()}
-			defer func() { a.Status, a.Head = o.Result() }()
-			return next.ServeHTTP(o, r)
-		},
+		Reject: c.Reject, Wait: c.LLMWait, Arrival: arrival, DuringJob: h.DuringJob != "",
+		Body: &call.LLMBody, Forward: call,
 	}
 	if every := h.noticeEvery(c); every > 0 {
 		if shape, ok := notice.For(route.CleanPath(r)); ok {
@@ -61,10 +47,10 @@ func (h *Handler) waitLLM(w http.ResponseWriter, r *http.Request, next caddyhttp
 				if memory != nil {
 					src = notice.ForMemory(ts.gpu, memory)
 				}
-				if n = notice.Start(w, shape, body.Whole(), every, src, run.Arrival); n == nil {
+				if call.Notice = notice.Start(w, shape, call.Whole(), every, src, arrival); call.Notice == nil {
 					return nil
 				}
-				return n.Waited
+				return call.Notice.Waited
 			}
 		}
 	}
@@ -73,9 +59,12 @@ func (h *Handler) waitLLM(w http.ResponseWriter, r *http.Request, next caddyhttp
 		ts.log().Info("LLM request let through during an image job (during_job allow)", zap.String("path", r.URL.Path))
 		return next.ServeHTTP(w, r)
 	}
-	reason, err := ts.answers(c).LLM(out(), r, served)
+	reason, err := "", served.Err
+	if served.Answer != gpu.LLMForwarded {
+		reason, err = ts.answers(c).LLM(call.Out(), r, served)
+	}
 	ts.metrics.Busy(reason)
-	if n != nil {
+	if n := call.Notice; n != nil {
 		return n.Finish(h.answerFailedForward(n.Writer(), r, route.LLM, err))
 	}
 	return err

@@ -3,6 +3,7 @@ package admit
 import (
 	"errors"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -21,29 +22,49 @@ func Arrival(r *http.Request) time.Time {
 	return time.Now()
 }
 
-// Read calls read in a goroutine of its own and returns its error, or
-// ErrLate if deadline comes first. Then it calls cut, which makes the
-// blocked read fail, and returns only once read has returned: the caller
-// never shares the request with it. If cut fails, Read waits for read to
-// end of itself (the server's own timeouts bound it) and still returns
-// ErrLate. A deadline already past returns ErrLate without reading.
+// Read calls read and returns its error, or ErrLate if deadline comes
+// first: then a timer calls cut, which makes the blocked read fail, and
+// Read returns only once read has returned and cut has ended. If cut
+// fails, Read waits for read to end of itself (the server's own timeouts
+// bound it) and still returns ErrLate. A deadline already past returns
+// ErrLate without reading. read runs on the caller's goroutine: a body
+// that is already there costs a timer, not a goroutine.
 func Read(deadline time.Time, read func() error, cut func() error) error {
 	wait := time.Until(deadline)
 	if wait <= 0 {
 		return ErrLate
 	}
-	done := make(chan error, 1)
-	go func() { done <- read() }()
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	select {
-	case err := <-done:
-		return err
-	case <-timer.C:
+	c := &cutter{cut: cut}
+	return c.read(wait, read)
+}
+
+// cutter cuts a read at its deadline: through cut, or if that is nil a
+// read deadline of now on w's connection (Cutter).
+type cutter struct {
+	cut   func() error
+	w     http.ResponseWriter
+	fired sync.WaitGroup // cut's run, once the timer has fired
+}
+
+// read calls read with a timer that calls c.fire after wait.
+func (c *cutter) read(wait time.Duration, read func() error) error {
+	c.fired.Add(1)
+	t := time.AfterFunc(wait, c.fire)
+	err := read()
+	if t.Stop() {
+		return err // the timer never fired: nothing was cut
 	}
-	cut() // if it cannot be cut, the read still ends, only later
-	<-done
+	c.fired.Wait()
 	return ErrLate
+}
+
+func (c *cutter) fire() {
+	defer c.fired.Done()
+	if c.cut != nil {
+		c.cut() // if it cannot be cut, the read still ends, only later
+		return
+	}
+	cutConn(c.w)
 }
 
 // Cutter returns the cut for Read of a request answered through w: a
@@ -53,9 +74,11 @@ func Read(deadline time.Time, read func() error, cut func() error) error {
 // and keeps it expired past the handler, so Go's server does not wait
 // for the body's rest after the answer either.
 func Cutter(w http.ResponseWriter) func() error {
-	return func() error {
-		return http.NewResponseController(w).SetReadDeadline(time.Now())
-	}
+	return func() error { return cutConn(w) }
+}
+
+func cutConn(w http.ResponseWriter) error {
+	return http.NewResponseController(w).SetReadDeadline(time.Now())
 }
 
 // CloseAfter asks, on HTTP/1, that the connection be closed after the

@@ -18,16 +18,14 @@ const (
 	maxChunk   = 1 << 20
 )
 
-// readForWait reads up to lim.Body bytes of r's body into memory and puts
-// a body in its place: the buffered bytes, then whatever was left unread.
-// The bytes are reserved from the budget before they are read; if the
-// budget runs out part-way, what was reserved is given back and an
+// readForWait reads up to lim.Body bytes of r's body into wb and puts wb
+// in its place: the buffered bytes, then whatever was left unread. The
+// bytes are reserved from the budget before they are read; if the budget
+// runs out part-way, what was reserved is given back and an
 // *OverloadError returned.
-func (b *Budget) readForWait(r *http.Request, lim Limits) (*body, error) {
-	if r.Body == nil || r.Body == http.NoBody {
-		return nil, nil
-	}
-	wb := &body{b: b, src: r.Body, limit: lim.Buffer}
+func (b *Budget) readForWait(wb *body, r *http.Request, lim Limits) error {
+	wb.b, wb.src, wb.limit = b, r.Body, lim.Buffer
+	wb.chunks = wb.first[:0]
 	limit := min(lim.Body, lim.Buffer)
 	var err error
 	if r.ContentLength > 0 {
@@ -38,9 +36,9 @@ func (b *Budget) readForWait(r *http.Request, lim Limits) (*body, error) {
 	if err != nil {
 		wb.release()
 		if errors.Is(err, errBudget) {
-			return nil, b.overload(lim, "wait_buffer_limit", len(wb.chunks) > 0)
+			return b.overload(lim, "wait_buffer_limit", len(wb.chunks) > 0)
 		}
-		return nil, bodyReadError(err)
+		return bodyReadError(err)
 	}
 	if wb.complete {
 		r.Body.Close()
@@ -49,26 +47,34 @@ func (b *Budget) readForWait(r *http.Request, lim Limits) (*body, error) {
 		wb.release() // nothing kept in memory
 	}
 	r.Body = wb
-	return wb, nil
+	return nil
 }
 
-// readBy is readForWait bounded by deadline: the body is read in a
-// goroutine of its own, and at the deadline the read is cut (Read), what
-// it reserved given back, and ErrLate returned.
-func (b *Budget) readBy(w http.ResponseWriter, r *http.Request, lim Limits, deadline time.Time) (*body, error) {
+// readBy is readForWait into t's own body, bounded by deadline: at the
+// deadline the read is cut (cutter), what it reserved given back, and
+// ErrLate returned. A request without a body leaves t.body nil.
+func (b *Budget) readBy(t *Ticket, w http.ResponseWriter, r *http.Request, lim Limits, deadline time.Time) error {
 	if r.Body == nil || r.Body == http.NoBody {
-		return nil, nil
+		return nil
 	}
-	var wb *body
-	err := Read(deadline, func() (err error) {
-		wb, err = b.readForWait(r, lim)
+	wait := time.Until(deadline)
+	if wait <= 0 {
+		return ErrLate
+	}
+	read := false
+	t.cut.w = w
+	err := t.cut.read(wait, func() error {
+		err := b.readForWait(&t.wb, r, lim)
+		read = err == nil
 		return err
-	}, Cutter(w))
-	if errors.Is(err, ErrLate) && wb != nil {
-		wb.release() // read in full, but too late
-		wb = nil
+	})
+	switch {
+	case err == nil:
+		t.body = &t.wb
+	case read:
+		t.wb.release() // read in full, but too late
 	}
-	return wb, err
+	return err
 }
 
 // errBudget is a read that found the budget spent.
@@ -91,8 +97,7 @@ func (wb *body) readKnown(size, limit int64) error {
 	}
 	// One more read sees the end (Go's server has usually seen it with
 	// the last bytes already): what lets it notice a client that leaves.
-	var probe [1]byte
-	switch m, err := wb.src.Read(probe[:]); {
+	switch m, err := wb.src.Read(wb.probe[:]); {
 	case m > 0:
 		return errors.New("body longer than its Content-Length")
 	case err == io.EOF:
@@ -170,10 +175,12 @@ type body struct {
 	src      io.ReadCloser // the original body
 	limit    int64         // wait_buffer_limit
 	complete bool          // src was read to its end
+	probe    [1]byte       // what the read past the end reads into
 
 	mu     sync.Mutex
-	chunks [][]byte // buffered bytes not yet read
-	held   int64    // bytes reserved from the budget and not given back
+	chunks [][]byte  // buffered bytes not yet read
+	first  [1][]byte // chunks' room for a body read at once
+	held   int64     // bytes reserved from the budget and not given back
 }
 
 func (wb *body) reserve(n int64) bool {

@@ -140,8 +140,11 @@ func (e *OverloadError) Message(lim Limits, retry int) string {
 type Ticket struct {
 	b       *Budget
 	max     int   // max_waiting
-	body    *body // nil for a request without a body
+	body    *body // nil for a request without a body, else &wb
 	waiting bool
+
+	wb  body   // the body read, once body is set
+	cut cutter // the cut of its reading at the deadline
 }
 
 // Admit prepares a request to wait for the GPU: it takes a place among
@@ -152,17 +155,25 @@ type Ticket struct {
 // ErrLate (the read cut, nothing held); a body that cannot be read gives
 // the error to answer with.
 func (b *Budget) Admit(w http.ResponseWriter, r *http.Request, lim Limits, deadline time.Time) (*Ticket, error) {
-	if !b.enter(lim.MaxWaiting) {
-		return nil, b.overload(lim, "max_waiting", false)
-	}
-	t := &Ticket{b: b, max: lim.MaxWaiting, waiting: true}
-	body, err := b.readBy(w, r, lim, deadline)
-	if err != nil {
-		t.StopWaiting()
+	t := new(Ticket)
+	if err := b.admit(t, w, r, lim, deadline); err != nil {
 		return nil, err
 	}
-	t.body = body
 	return t, nil
+}
+
+// admit is Admit into t, a zero Ticket: one allocation for the request's
+// place, its body and its reading.
+func (b *Budget) admit(t *Ticket, w http.ResponseWriter, r *http.Request, lim Limits, deadline time.Time) error {
+	if !b.enter(lim.MaxWaiting) {
+		return b.overload(lim, "max_waiting", false)
+	}
+	t.b, t.max, t.waiting = b, lim.MaxWaiting, true
+	if err := b.readBy(t, w, r, lim, deadline); err != nil {
+		t.StopWaiting()
+		return err
+	}
+	return nil
 }
 
 // StopWaiting gives back the request's place among the waiting requests.

@@ -4,8 +4,9 @@
 // queue: a client that trickles its body is answered at the deadline like
 // one whose body came at once.
 //
-// The body is read in a goroutine of its own so that the deadline can be
-// kept while a read blocks. Caddy pushes the connection's read deadline
+// The body is read on the request's goroutine, with a timer that keeps
+// the deadline while a read blocks (one already there costs no other
+// goroutine). Caddy pushes the connection's read deadline
 // forward on every read (read_body_idle), so no server timeout stops a
 // body that arrives a byte at a time; at the deadline the read is cut
 // with a read deadline set through http.ResponseController, and the

@@ -8,38 +8,40 @@ import (
 )
 
 // LLMBody is an LLM request's body as gpu.ServeLLM reads it: into memory
-// within Budget and Limits, for the request answered through W.
+// within Budget and Limits, for the request answered through W. Once
+// admitted it is its own gpu.Ticket, so that the request's place, body
+// and reading take one allocation, the LLMBody's.
 type LLMBody struct {
 	Budget *Budget
 	Limits Limits
 	W      http.ResponseWriter
 	R      *http.Request
 
-	ticket *Ticket // once admitted
+	ticket Ticket // once admitted
 }
 
 // Admit implements gpu.Body (Budget.Admit).
 func (b *LLMBody) Admit(deadline time.Time) (gpu.Ticket, error) {
-	t, err := b.Budget.Admit(b.W, b.R, b.Limits, deadline)
-	if err != nil {
+	if err := b.Budget.admit(&b.ticket, b.W, b.R, b.Limits, deadline); err != nil {
 		return nil, err
 	}
-	b.ticket = t
-	return llmTicket{t: t, r: b.R}, nil
+	return b, nil
 }
 
 // Whole is the body as read for the wait (Ticket.Whole): nil before
 // Admit, or if it was not read to its end.
 func (b *LLMBody) Whole() []byte { return b.ticket.Whole() }
 
-// llmTicket is an LLM request's Ticket as gpu.ServeLLM holds it.
-type llmTicket struct {
-	t *Ticket
-	r *http.Request
-}
+// Waiter implements gpu.Ticket (Ticket.Waiter).
+func (b *LLMBody) Waiter() gpu.Waiter { return b.ticket.Waiter(b.R, true) }
 
-func (l llmTicket) Waiter() gpu.Waiter { return l.t.Waiter(l.r, true) }
-func (l llmTicket) StopWaiting()       { l.t.StopWaiting() }
-func (l llmTicket) Done()              { l.t.Done() }
+// StopWaiting implements gpu.Ticket.
+func (b *LLMBody) StopWaiting() { b.ticket.StopWaiting() }
 
-var _ gpu.Body = (*LLMBody)(nil)
+// Done implements gpu.Ticket.
+func (b *LLMBody) Done() { b.ticket.Done() }
+
+var (
+	_ gpu.Body   = (*LLMBody)(nil)
+	_ gpu.Ticket = (*LLMBody)(nil)
+)

@@ -51,7 +51,7 @@ func bodyModel(wb *body) string {
 		return ""
 	}
 	if m, ok := jsonscan.Unquote(raw); ok && len(m) <= maxModelShown {
-		return string(m)
+		return models.name(m)
 	}
 	return ""
 }

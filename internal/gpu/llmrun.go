@@ -20,10 +20,9 @@ type LLMRun struct {
 	// Body reads the request's body into memory for its wait.
 	Body Body
 	// Forward sends the request to its engine while it holds a shared
-	// place, and returns the forward's error. With a (not nil) it records
-	// the answer there as it is written, for memory-aware admission, so
-	// that it is known even if the forward panics.
-	Forward func(a *Answered) error
+	// place (an interface, not a func: the caller's state per request is
+	// one allocation, not two).
+	Forward Forwarder
 	// Waiting, if not nil, is called when the request, its body read,
 	// starts to wait: for a shared place (not when it holds one at once or
 	// goes beside the running job), or, having one, for video memory
@@ -53,6 +52,20 @@ type Ticket interface {
 	// Done gives back whatever it still holds.
 	Done()
 }
+
+// Forwarder sends an LLM request to its engine and returns the forward's
+// error. With a (not nil) it records the answer there as it is written,
+// for memory-aware admission, so that it is known even if the forward
+// panics.
+type Forwarder interface {
+	Forward(a *Answered) error
+}
+
+// ForwardFunc is a func as a Forwarder.
+type ForwardFunc func(a *Answered) error
+
+// Forward implements Forwarder.
+func (f ForwardFunc) Forward(a *Answered) error { return f(a) }
 
 // Answered is what a forward saw of an LLM request's answer: its status
 // (0 if none was written) and the start of a server error's body.
@@ -135,19 +148,16 @@ func (g *GPU) ServeLLM(ctx context.Context, run LLMRun) LLMServed {
 	}
 	defer t.Done()
 	waiter := t.Waiter()
-	ctx = WithWaiter(ctx, waiter)
 	var waited func(bool)
-	if way == wayWait && run.Waiting != nil {
-		waited = run.Waiting(nil)
+	if way == wayWait {
+		ctx = WithWaiter(ctx, waiter) // what its wait shows
+		if run.Waiting != nil {
+			waited = run.Waiting(nil)
+		}
 	}
 	adm, served, ok := g.placeLLM(ctx, way, waiter.Model, deadline, t.StopWaiting)
 	if ok && adm == nil && g.memoryOn() {
-		mctx := ctx
-		if waited == nil && run.Waiting != nil {
-			cause := func() string { return g.memoryCause(waiter.Model) }
-			mctx = onMemoryWait(ctx, func() { waited = run.Waiting(cause) })
-		}
-		adm, served, ok = g.admitMemory(mctx, run, waiter.Model, deadline, t.StopWaiting)
+		adm, served, ok, waited = g.admitMemory(ctx, run, waiter, deadline, t.StopWaiting, waited)
 	}
 	if waited != nil {
 		waited(ok)
@@ -185,22 +195,42 @@ func (g *GPU) placeLLM(ctx context.Context, way llmWay, model string, deadline t
 // admitMemory admits a request, for which a shared place is held, once
 // the card's memory has room for its model (vram_admission); stop ends
 // its count among the waiting requests. ok is false, with the answer, if
-// it was not admitted: then it holds no place.
-func (g *GPU) admitMemory(ctx context.Context, run LLMRun, model string, deadline time.Time, stop func()) (*Admission, LLMServed, bool) {
-	adm, err := g.AdmitModel(ctx, model, deadline, run.Reject)
+// it was not admitted: then it holds no place. A request admitted at
+// once costs no context and no closure (waitMemory is the rest); waited
+// is what to call once its wait has ended.
+func (g *GPU) admitMemory(ctx context.Context, run LLMRun, waiter Waiter, deadline time.Time, stop func(), waited func(bool)) (*Admission, LLMServed, bool, func(bool)) {
+	if adm := g.admitNow(ctx, modelKey(waiter.Model)); adm != nil {
+		stop()
+		return adm, LLMServed{}, true, waited
+	}
+	return g.waitMemory(ctx, run, waiter, deadline, stop, waited)
+}
+
+// waitMemory is admitMemory for a request that may have to wait: it
+// shows waiter in the status, and is given run.Waiting's notices from
+// when it begins to wait for memory (unless waited, those of its wait
+// for a place, already run).
+func (g *GPU) waitMemory(ctx context.Context, run LLMRun, waiter Waiter, deadline time.Time, stop func(), waited func(bool)) (*Admission, LLMServed, bool, func(bool)) {
+	ctx = WithWaiter(ctx, waiter)
+	var waits func()
+	if waited == nil && run.Waiting != nil {
+		model := waiter.Model
+		waits = func() { waited = run.Waiting(func() string { return g.memoryCause(model) }) }
+	}
+	adm, err := g.admitModel(ctx, waiter.Model, deadline, run.Reject, waits)
 	stop()
 	timedOut := errors.Is(err, ErrWaitTimeout)
 	switch {
 	case err == nil:
-		return adm, LLMServed{}, true
+		return adm, LLMServed{}, true, waited
 	case timedOut, errors.Is(err, ErrNoMemory):
-		served := LLMServed{Answer: LLMNoMemory, Cause: g.memoryCause(model), Deadline: deadline}
+		served := LLMServed{Answer: LLMNoMemory, Cause: g.memoryCause(waiter.Model), Deadline: deadline}
 		if timedOut {
 			served.Waited = run.Wait
 		}
-		return nil, served, false
+		return nil, served, false, waited
 	}
-	return nil, g.notAdmitted(err, deadline), false
+	return nil, g.notAdmitted(err, deadline), false, waited
 }
 
 // notAdmitted is the answer to a request whose body's reading or wait
@@ -215,10 +245,10 @@ func (g *GPU) notAdmitted(err error, deadline time.Time) LLMServed {
 // is an abnormal end too, after which the next emptying of the LLM
 // engines is confirmed more strictly; the panic goes on. adm, if not nil,
 // is told how the answer went.
-func (g *GPU) forwardLLM(ctx context.Context, fwd func(*Answered) error, adm *Admission) LLMServed {
+func (g *GPU) forwardLLM(ctx context.Context, fwd Forwarder, adm *Admission) LLMServed {
 	var a *Answered
 	if adm != nil {
-		a = new(Answered)
+		a = &adm.answered
 	}
 	returned := false
 	defer func() {
@@ -230,7 +260,7 @@ func (g *GPU) forwardLLM(ctx context.Context, fwd func(*Answered) error, adm *Ad
 		}
 		g.ReleaseLLM()
 	}()
-	err := fwd(a)
+	err := fwd.Forward(a)
 	returned = true
 	g.NoteLLMEnd(ctx, err)
 	return LLMServed{Answer: LLMForwarded, Err: err}

@@ -63,7 +63,7 @@ func TestServeLLMRejectsWhileHeld(t *testing.T) {
 	defer h.End("released")
 	body := &fakeBody{}
 	s := g.ServeLLM(context.Background(), LLMRun{Reject: true, Wait: time.Minute, Arrival: time.Now(), Body: body,
-		Forward: func(*Answered) error { t.Error("forwarded while the GPU is held"); return nil }})
+		Forward: ForwardFunc(func(*Answered) error { t.Error("forwarded while the GPU is held"); return nil })})
 	if s.Answer != LLMBusy || s.Cause != "an external hold" || body.admitted != 0 {
 		t.Fatalf("served %+v, body read %d times; want busy with an external hold, the body unread", s, body.admitted)
 	}
@@ -76,10 +76,10 @@ func TestServeLLMWaitsThenForwards(t *testing.T) {
 	forwarded := false
 	go func() {
 		served <- g.ServeLLM(context.Background(), LLMRun{Wait: time.Minute, Arrival: time.Now(), Body: body,
-			Forward: func(a *Answered) error {
+			Forward: ForwardFunc(func(a *Answered) error {
 				forwarded = a == nil // no memory-aware admission to tell
 				return nil
-			}})
+			})})
 	}()
 	waitStatus(t, g, "the request waiting", func(st Status) bool { return st.LLMWaiting == 1 })
 	h.End("released")
@@ -101,7 +101,7 @@ func TestServeLLMWaitTimesOut(t *testing.T) {
 	defer h.End("released")
 	body := &fakeBody{}
 	s := g.ServeLLM(context.Background(), LLMRun{Wait: 20 * time.Millisecond, Arrival: time.Now(), Body: body,
-		Forward: func(*Answered) error { t.Error("forwarded while the GPU is held"); return nil }})
+		Forward: ForwardFunc(func(*Answered) error { t.Error("forwarded while the GPU is held"); return nil })})
 	if s.Answer != LLMNotAdmitted || !errors.Is(s.Err, ErrWaitTimeout) || s.Cause != "an external hold" || body.done != 1 {
 		t.Fatalf("served %+v, ticket done %d times", s, body.done)
 	}
@@ -111,7 +111,7 @@ func TestServeLLMUnreadBodyHoldsNothing(t *testing.T) {
 	g, _ := idleGPU(t)
 	bad := errors.New("unreadable body")
 	s := g.ServeLLM(context.Background(), LLMRun{Wait: time.Minute, Arrival: time.Now(), Body: &fakeBody{err: bad},
-		Forward: func(*Answered) error { t.Error("forwarded without a body"); return nil }})
+		Forward: ForwardFunc(func(*Answered) error { t.Error("forwarded without a body"); return nil })})
 	if s.Answer != LLMNotAdmitted || s.Err != bad {
 		t.Fatalf("served %+v", s)
 	}
@@ -130,9 +130,48 @@ func TestServeLLMForwardThatPanicsGivesThePlaceBack(t *testing.T) {
 			}
 		}()
 		g.ServeLLM(context.Background(), LLMRun{Wait: time.Minute, Arrival: time.Now(), Body: &fakeBody{},
-			Forward: func(*Answered) error { panic(abort) }})
+			Forward: ForwardFunc(func(*Answered) error { panic(abort) })})
 	}()
 	if st := g.Status(); st.LLMInflight != 0 {
 		t.Fatalf("%d shared places still held after the forward panicked", st.LLMInflight)
+	}
+}
+
+// anonBody is a fakeBody whose request names no model.
+type anonBody struct{ fakeBody }
+
+func (b *anonBody) Admit(d time.Time) (Ticket, error) { b.fakeBody.Admit(d); return b, nil }
+func (b *anonBody) Waiter() Waiter                    { return Waiter{Path: "/api/chat"} }
+
+// TestServeLLMAdmittedAtOnceAllocates: with vram_admission, a request
+// that holds a place and fits at once costs its Admission (which keeps
+// what the forward saw of the answer) and nothing else: no context, no
+// closure, no notices' wiring.
+func TestServeLLMAdmittedAtOnceAllocates(t *testing.T) {
+	f := memFixture(t, nil, nil)
+	if !f.g.TryLLM() {
+		t.Fatal("the GPU is not free for LLM use")
+	}
+	defer f.g.ReleaseLLM()
+	body := &anonBody{}
+	answered := 0
+	fwd := ForwardFunc(func(a *Answered) error {
+		if a != nil {
+			answered++
+		}
+		return nil
+	})
+	ctx := context.Background()
+	n := testing.AllocsPerRun(100, func() {
+		s := f.g.ServeLLM(ctx, LLMRun{Wait: time.Minute, Arrival: time.Now(), Body: body, Forward: fwd})
+		if s.Answer != LLMForwarded {
+			t.Fatalf("served %+v", s)
+		}
+	})
+	if answered != 101 || body.done != 101 {
+		t.Fatalf("%d forwards told the answer, %d tickets done; want 101", answered, body.done)
+	}
+	if n > 1 {
+		t.Fatalf("%v allocations per request admitted at once, want 1 (its Admission)", n)
 	}
 }

@@ -24,6 +24,8 @@ type Admission struct {
 	// pending load if the model was not loaded, and whether the model's
 	// footprint is learned from this load.
 	led ledger.Admitted
+	// answered is what the forward saw of the answer (ServeLLM).
+	answered Answered
 }
 
 // AdmitModel admits an LLM request for model, for which the caller holds
@@ -36,6 +38,12 @@ type Admission struct {
 // deadline. With a nil error the caller holds the place and calls Done;
 // with an error it holds none.
 func (g *GPU) AdmitModel(ctx context.Context, model string, deadline time.Time, reject bool) (*Admission, error) {
+	return g.admitModel(ctx, model, deadline, reject, nil)
+}
+
+// admitModel is AdmitModel calling waits, if not nil, when the request
+// begins to wait for memory (ServeLLM's notices).
+func (g *GPU) admitModel(ctx context.Context, model string, deadline time.Time, reject bool, waits func()) (*Admission, error) {
 	model = modelKey(model)
 	var (
 		stopWaiting func()
@@ -49,10 +57,7 @@ func (g *GPU) AdmitModel(ctx context.Context, model string, deadline time.Time, 
 	}()
 	for {
 		ch := g.Changed()
-		if a := g.tryAdmit(model); a != nil {
-			if a.led.Learning {
-				g.measureBase(ctx, a.led.Pending)
-			}
+		if a := g.admitNow(ctx, model); a != nil {
 			return a, nil
 		}
 		g.ReleaseLLM()
@@ -67,7 +72,9 @@ func (g *GPU) AdmitModel(ctx context.Context, model string, deadline time.Time, 
 			}
 			if since.IsZero() {
 				since = time.Now()
-				memoryWaitBegins(ctx)
+				if waits != nil {
+					waits()
+				}
 			}
 			stopWaiting, waitingFor = g.waitFor(ctx, lock.LLM, since, what), what
 		}
@@ -78,6 +85,17 @@ func (g *GPU) AdmitModel(ctx context.Context, model string, deadline time.Time, 
 			return nil, err
 		}
 	}
+}
+
+// admitNow is AdmitModel's first try, for a request that has a shared
+// place: its Admission if model (a modelKey) fits now, nil if it would
+// have to wait.
+func (g *GPU) admitNow(ctx context.Context, model string) *Admission {
+	a := g.tryAdmit(model)
+	if a != nil && a.led.Learning {
+		g.measureBase(ctx, a.led.Pending)
+	}
+	return a
 }
 
 // waitChange waits for ch, or returns the error of a wait that ended:
@@ -165,19 +183,4 @@ func (g *GPU) memoryCause(model string) string {
 		return "video memory"
 	}
 	return g.mem.ledger.Cause(c.Memory.rules(), model, time.Now())
-}
-
-type memoryWaitKey struct{}
-
-// onMemoryWait has f called, in AdmitModel's goroutine, when the request
-// whose context it is begins to wait for memory (ServeLLM's notices).
-func onMemoryWait(ctx context.Context, f func()) context.Context {
-	return context.WithValue(ctx, memoryWaitKey{}, f)
-}
-
-// memoryWaitBegins calls what onMemoryWait gave ctx, if anything.
-func memoryWaitBegins(ctx context.Context) {
-	if f, ok := ctx.Value(memoryWaitKey{}).(func()); ok {
-		f()
-	}
 }
