@@ -188,9 +188,7 @@ func (s *FleetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request,
 		q.Tried |= 1 << uint(i)
 	}
 	if i >= 0 && i < len(cs) {
-		f, _ := s.followers.Load(u)
-		fl, _ := f.(*fleet.Follower)
-		q.SentTo(fl, now)
+		q.SentTo(s.follower(u), now) // followed since the candidates were read
 	}
 	if q.Class != route.LLM && i >= 0 && i < len(cs) && cs[i].Pin != "" {
 		s.keep(q, cs[i].Pin, pin, now, w)
