@@ -31,6 +31,8 @@ func TestFleetAdaptShowsTheExpansion(t *testing.T) {
 		stale       10s
 		keep_for_chats 1m
 		health_uri  /healthz
+		header_up   X-Fleet-Key secret
+		header_up   X-Real-IP {remote_host}
 	}
 }
 `
@@ -57,7 +59,7 @@ func TestFleetAdaptShowsTheExpansion(t *testing.T) {
 	}
 	for _, want := range []string{
 		`"handler":"reverse_proxy"`,
-		`"policy":"gpu_turnstile"`, `"status_path":"/status"`, `"stale":10000000000`, `"keep_for_chats":60000000000`, `"fallback":{"policy":"least_conn"}`,
+		`"policy":"gpu_turnstile"`, `"status_path":"/status"`, `"stale":10000000000`, `"keep_for_chats":60000000000`, `"status_headers":{"X-Fleet-Key":["secret"]}`, `"fallback":{"policy":"least_conn"}`,
 		`"retries":2`, `"retry_match":[{"expression":"{http.reverse_proxy.is_transport_error} == true \u0026\u0026 {http.vars.gpu_turnstile.class} == 'llm'"},{"expression":"{http.reverse_proxy.status_code} in [429, 503]"}]`,
 		`"request_buffers":4194304`, `"flush_interval":-1`,
 		`{"dial":"gpu-a:11434"}`, `{"dial":"gpu-b:11434"}`, `{"dial":"gpu-c:11434"}`,

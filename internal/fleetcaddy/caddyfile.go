@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -153,11 +154,45 @@ func fleetDefaults(rp *reverseproxy.Handler, policy *FleetSelection, given []str
 		rp.FlushInterval = -1 // LLM answers stream token by token
 	}
 	policy.StatusTLS = transportTLS(rp.TransportRaw)
-	if hc := rp.HealthChecks; hc != nil && hc.Active != nil && len(hc.Active.Headers) > 0 {
-		policy.StatusHeaders = http.Header(hc.Active.Headers)
-	}
+	policy.StatusHeaders = statusHeaders(rp)
 	lb.SelectionPolicyRaw = caddyconfig.JSONModuleObject(policy, "policy", "gpu_turnstile", nil)
 	return classify
+}
+
+// statusHeaders are the headers of the hosts' status streams: the
+// block's header_up fields whose values name nothing of a request (a
+// credential the hosts ask for, say), then its active health check's
+// health_headers, which win; nil if none.
+func statusHeaders(rp *reverseproxy.Handler) http.Header {
+	h := http.Header{}
+	if rp.Headers != nil && rp.Headers.Request != nil {
+		ops := rp.Headers.Request
+		for _, set := range []bool{false, true} {
+			fields := ops.Add
+			if set {
+				fields = ops.Set
+			}
+			for k, vs := range fields {
+				k = http.CanonicalHeaderKey(k)
+				if k == "Host" || slices.ContainsFunc(vs, func(v string) bool { return strings.Contains(v, "{http.") }) {
+					continue
+				}
+				if set {
+					h[k] = nil
+				}
+				h[k] = append(h[k], vs...)
+			}
+		}
+	}
+	if hc := rp.HealthChecks; hc != nil && hc.Active != nil {
+		for k, vs := range hc.Active.Headers {
+			h[http.CanonicalHeaderKey(k)] = vs
+		}
+	}
+	if len(h) == 0 {
+		return nil
+	}
+	return h
 }
 
 // noKeepAlive are the tokens of `transport http { keepalive off }`, on

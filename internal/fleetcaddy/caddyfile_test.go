@@ -1,11 +1,15 @@
 package fleetcaddy
 
 import (
+	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/headers"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 )
 
 func TestPolicyCaddyfile(t *testing.T) {
@@ -35,5 +39,25 @@ func TestPolicyCaddyfileInvalid(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "Testfile:2") {
 			t.Errorf("%q: %v, want an error with %q and its line", c.in, err, c.want)
 		}
+	}
+}
+
+// The status streams carry the block's header_up fields that name
+// nothing of a request (a credential), and its health_headers, which win.
+func TestStatusHeaders(t *testing.T) {
+	rp := &reverseproxy.Handler{
+		Headers: &headers.Handler{Request: &headers.HeaderOps{
+			Set: http.Header{"Authorization": {"Bearer t"}, "X-Real-Ip": {"{http.request.remote.host}"}, "Host": {"gpu.lan"}},
+			Add: http.Header{"X-Team": {"studio"}, "X-Probe": {"from header_up"}},
+		}},
+		HealthChecks: &reverseproxy.HealthChecks{Active: &reverseproxy.ActiveHealthChecks{Headers: http.Header{"X-Probe": {"1"}}}},
+	}
+	got := statusHeaders(rp)
+	want := http.Header{"Authorization": {"Bearer t"}, "X-Team": {"studio"}, "X-Probe": {"1"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("status headers %v, want %v", got, want)
+	}
+	if h := statusHeaders(&reverseproxy.Handler{}); h != nil {
+		t.Errorf("a block with no headers: %v", h)
 	}
 }

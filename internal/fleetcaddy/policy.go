@@ -53,7 +53,11 @@ type FleetSelection struct {
 	StatusPath string `json:"status_path,omitempty"`
 	// StatusTLS asks for the status streams over HTTPS.
 	StatusTLS bool `json:"status_tls,omitempty"`
-	// StatusHeaders are added to the status streams' requests.
+	// StatusHeaders are added to the status streams' requests
+	// (placeholders of the environment, such as {env.TOKEN}, are
+	// replaced). gpu_turnstile_fleet sets them from the block's
+	// header_up fields that name nothing of a request, and its
+	// health_headers.
 	StatusHeaders http.Header `json:"status_headers,omitempty"`
 	// Stale is how long an upstream's state counts once its stream has
 	// gone silent (default 30s).
@@ -104,6 +108,14 @@ func (s *FleetSelection) Provision(ctx caddy.Context) error {
 	}
 	if s.KeepForChats <= 0 {
 		s.KeepForChats = caddy.Duration(defaultKeep)
+	}
+	// The status streams' headers may name the environment ({env.*}),
+	// never a request.
+	repl := caddy.NewReplacer()
+	for _, vs := range s.StatusHeaders {
+		for i, v := range vs {
+			vs[i] = repl.ReplaceKnown(v, "")
+		}
 	}
 	if time.Duration(s.Stale) <= keepAlive {
 		ctx.Logger().Warn("stale is not longer than the hosts' status keep-alive: a host with nothing new to say counts as unknown between its events",
