@@ -8,8 +8,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -144,7 +147,7 @@ func loaded(model string) func(Status) bool {
 // URL.
 func startFront(t *testing.T, hosts []string, extra string) string {
 	t.Helper()
-	port := freePort(t)
+	port, adminPort := freePort(t), freePort(t)
 	cfg := fmt.Sprintf(`{
 	admin 127.0.0.1:%d
 	persist_config off
@@ -160,16 +163,39 @@ func startFront(t *testing.T, hosts []string, extra string) string {
 		%s
 	}
 }
-`, freePort(t), port, strings.Join(hosts, " "), extra)
+`, adminPort, port, strings.Join(hosts, " "), extra)
 	if err := loadCaddyfile(cfg); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { caddy.Stop() })
 	front := fmt.Sprintf("http://127.0.0.1:%d", port)
+	frontAdmins.Store(front, fmt.Sprintf("http://127.0.0.1:%d", adminPort))
 	if extra == "" {
 		followed(t, front, hosts)
 	}
 	return front
+}
+
+// frontAdmins are the fronts' admin endpoints, by their URLs.
+var frontAdmins sync.Map
+
+// frontMetric is the value of a series in the front's /metrics, 0 if it
+// has none.
+func frontMetric(t *testing.T, front, series string) float64 {
+	t.Helper()
+	admin, _ := frontAdmins.Load(front)
+	resp, err := http.Get(admin.(string) + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindStringSubmatch(string(b))
+	if m == nil {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(m[1], 64)
+	return v
 }
 
 // followed has the front start following its hosts (its first pick does,

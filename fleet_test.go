@@ -114,7 +114,12 @@ func TestFleetRoutesChatsByWhatEachHostIsDoing(t *testing.T) {
 		load.h.waitStatus(t, "with "+load.model+" loaded", loaded(load.model))
 	}
 	front := startFront(t, []string{a.addr, b.addr, c.addr}, "")
+	warmOnB := fmt.Sprintf(`gpu_turnstile_fleet_picks_total{class="llm",upstream=%q,why="ready"}`, b.addr)
+	before := frontMetric(t, front, warmOnB)
 	untilVia(t, front, "qwen3:8b", "b", 10)
+	if n := frontMetric(t, front, warmOnB) - before; n < 10 {
+		t.Errorf("%s: %v picks counted, want at least the 10 chats b served warm", warmOnB, n)
+	}
 	untilVia(t, front, "llama3.2", "a", 5)
 
 	if _, resp := send(t, http.MethodPost, a.llm+"/prompt", promptBody(3_600_000)); resp.StatusCode != 200 {
@@ -123,7 +128,7 @@ func TestFleetRoutesChatsByWhatEachHostIsDoing(t *testing.T) {
 	a.waitStatus(t, "rendering", func(st Status) bool { return st.State == "image" })
 	rejects := `gpu_turnstile_busy_total{reason="reject",turnstile="default"}`
 	chatVia(t, front, "llama3.2") // the front has seen the job by now, or learns it here
-	before := a.metric(t, rejects)
+	before = a.metric(t, rejects)
 	for range 10 {
 		if host := chatVia(t, front, "llama3.2"); host == "a" {
 			t.Fatal("a chat went to the host that renders")

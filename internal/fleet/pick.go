@@ -60,6 +60,24 @@ type Policy struct {
 	KeepForChats time.Duration
 }
 
+// Why says what decided a pick, for the picks' metric.
+type Why uint8
+
+// What decided a pick.
+const (
+	WhyFallback Why = iota // no host's state decided: the fallback policy chose
+	WhyPinned              // the host the image client is kept on
+	WhyReady               // LLM: the model loaded (or on its way); image: an idle host
+	WhyRoom                // LLM: a host with room for the model, which loads it
+	WhyLater               // the earliest predicted start
+	WhyUnknown             // a host of unknown state, beside known ones
+	WhyRetry               // a host already tried, the only one left
+)
+
+var whyNames = [...]string{"fallback", "pinned", "ready", "room", "later", "unknown", "retry"}
+
+func (w Why) String() string { return whyNames[w] }
+
 // Pick chooses the upstream for q among cs: its index, or None when the
 // fallback policy is to choose (no candidate's state is known, or q is
 // neither LLM nor image work and has no pin). pin is the PinCookie value
@@ -67,15 +85,21 @@ type Policy struct {
 // health checks fail is never chosen; one already tried for q only when
 // every other is. It does no I/O and allocates nothing.
 func (p Policy) Pick(q *Request, cs []Candidate, pin string) int {
+	i, _ := p.PickWhy(q, cs, pin)
+	return i
+}
+
+// PickWhy is Pick, and what decided it.
+func (p Policy) PickWhy(q *Request, cs []Candidate, pin string) (int, Why) {
 	if pin != "" && q.Class != route.LLM {
 		for i := range cs {
 			if cs[i].Up && cs[i].Pin == pin && !tried(q, i) {
-				return i
+				return i, WhyPinned
 			}
 		}
 	}
 	if q.Class != route.LLM && q.Class != route.Image && pin == "" && q.Client == "" && q.Pin == "" {
-		return None
+		return None, WhyFallback
 	}
 	best, bestRank := None, rank{tier: math.MaxInt}
 	for i := range cs {
@@ -96,13 +120,13 @@ func (p Policy) Pick(q *Request, cs []Candidate, pin string) int {
 			best, bestRank = i, r
 		}
 	}
-	if best != None && bestRank.tier >= tierUnknown && !anyKnown(cs) {
-		return None
+	if best == None || bestRank.tier >= tierUnknown && !anyKnown(cs) {
+		return None, WhyFallback
 	}
 	if bestRank.tier == tierRoom && q.Class == route.LLM {
-		return fewestEvictions(q, cs)
+		return fewestEvictions(q, cs), WhyRoom
 	}
-	return best
+	return best, Why(int(WhyReady) + bestRank.tier - tierReady)
 }
 
 // fewestEvictions is, among the candidates with room for q's model, the

@@ -129,3 +129,33 @@ func BenchmarkPick16(b *testing.B) {
 		}
 	}
 }
+
+func TestPickWhy(t *testing.T) {
+	now := time.Now()
+	p := Policy{Now: now, KeepForChats: 30 * time.Second}
+	warm := &Host{State: "llm", LLMUp: true, ImageUp: true, Models: []string{"qwen"}}
+	idle := &Host{State: "idle", LLMUp: true, ImageUp: true}
+	rendering := &Host{State: "image", LLMUp: true, ImageUp: true, ImagePending: true, LLMStart: now.Add(time.Minute)}
+	llm := &Request{Class: route.LLM, Model: "qwen"}
+	for _, c := range []struct {
+		name string
+		q    *Request
+		cs   []Candidate
+		pin  string
+		want Why
+	}{
+		{"loaded", llm, []Candidate{{Host: warm, Up: true}}, "", WhyReady},
+		{"room", llm, []Candidate{{Host: idle, Up: true}}, "", WhyRoom},
+		{"later", llm, []Candidate{{Host: rendering, Up: true}}, "", WhyLater},
+		{"a known one before an unknown one", llm, []Candidate{{Up: true}, {Host: rendering, Up: true}}, "", WhyLater},
+		{"no LLM engine up: as unknown", llm, []Candidate{{Host: &Host{State: "idle", ImageUp: true}, Up: true}}, "", WhyUnknown},
+		{"all unknown", llm, []Candidate{{Up: true}}, "", WhyFallback},
+		{"retry", &Request{Class: route.LLM, Model: "qwen", Tried: 1}, []Candidate{{Host: warm, Up: true}}, "", WhyRetry},
+		{"pinned", &Request{Class: route.Image}, []Candidate{{Host: rendering, Up: true, Pin: "p"}}, "p", WhyPinned},
+		{"image idle", &Request{Class: route.Image}, []Candidate{{Host: idle, Up: true}}, "", WhyReady},
+	} {
+		if _, why := p.PickWhy(c.q, c.cs, c.pin); why != c.want {
+			t.Errorf("%s: %v, want %v", c.name, why, c.want)
+		}
+	}
+}

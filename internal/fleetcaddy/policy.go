@@ -78,6 +78,7 @@ type FleetSelection struct {
 	affinity  *fleet.Affinity
 	client    *http.Client
 	followers sync.Map // *reverseproxy.Upstream → *fleet.Follower
+	picks     sync.Map // *reverseproxy.Upstream → *upstreamPicks
 
 	mu     sync.Mutex
 	keys   []string // fleetPool keys held
@@ -129,6 +130,9 @@ func (s *FleetSelection) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("loading fallback selection policy: %v", err)
 	}
 	s.fallback = mod.(reverseproxy.Selector)
+	if err := registerPicks(ctx.GetMetricsRegistry()); err != nil {
+		return fmt.Errorf("registering gpu_turnstile_fleet_picks_total: %v", err)
+	}
 	// A stream lives as long as its follower; only its connection is
 	// bounded.
 	s.client = &http.Client{Transport: &http.Transport{
@@ -183,7 +187,7 @@ func (s *FleetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request,
 	if pin == "" {
 		pin = q.Pin
 	}
-	i := fleet.Policy{Now: now, KeepForChats: time.Duration(s.KeepForChats)}.Pick(q, cs, pin)
+	i, why := fleet.Policy{Now: now, KeepForChats: time.Duration(s.KeepForChats)}.PickWhy(q, cs, pin)
 	var u *reverseproxy.Upstream
 	if i != fleet.None {
 		u = pool[i]
@@ -196,6 +200,7 @@ func (s *FleetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request,
 	if u == nil {
 		return nil
 	}
+	s.picksOf(u).inc(q.Class, why)
 	if i >= 0 && i < 64 {
 		q.Tried |= 1 << uint(i)
 	}
@@ -228,6 +233,15 @@ func (s *FleetSelection) keep(q *fleet.Request, pin, had string, now time.Time, 
 	h["Set-Cookie"] = kept
 	http.SetCookie(w, &http.Cookie{Name: fleet.PinCookie, Value: pin, Path: "/", MaxAge: int(ttl.Seconds()),
 		HttpOnly: true, SameSite: http.SameSiteLaxMode})
+}
+
+// picksOf is u's pick counters.
+func (s *FleetSelection) picksOf(u *reverseproxy.Upstream) *upstreamPicks {
+	if p, ok := s.picks.Load(u); ok {
+		return p.(*upstreamPicks)
+	}
+	p, _ := s.picks.LoadOrStore(u, &upstreamPicks{dial: u.Dial})
+	return p.(*upstreamPicks)
 }
 
 // follower is the follower of u's status stream, started on the first
