@@ -118,8 +118,8 @@ func (s *FleetSelection) Provision(ctx caddy.Context) error {
 			vs[i] = repl.ReplaceKnown(v, "")
 		}
 	}
-	if time.Duration(s.Stale) <= keepAlive {
-		ctx.Logger().Warn("stale is not longer than the hosts' status keep-alive: a host with nothing new to say counts as unknown between its events",
+	if time.Duration(s.Stale) <= 2*keepAlive {
+		ctx.Logger().Warn("stale is not longer than two of the hosts' status keep-alives: a host with nothing new to say may count as unknown between them",
 			zap.Duration("stale", time.Duration(s.Stale)), zap.Duration("keep_alive", keepAlive))
 	}
 	if s.FallbackRaw == nil {
