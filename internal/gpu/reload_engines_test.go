@@ -226,21 +226,27 @@ func TestFailedForwardOwesAFree(t *testing.T) {
 
 // TestEngineBackUpOwesAFree: an image engine whose watch comes back up
 // may have restarted, and loaded memory on its own at launch (A1111's
-// checkpoint): it owes a free from then on.
+// checkpoint): it owes a free from then on, which is taken at once
+// (freeAfterReturn), and held here until the test has looked. The
+// engine's own watch never reports: what it reports is the test's alone.
 func TestEngineBackUpOwesAFree(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, nil)
-	e := f.cfg.Images[0]
-	f.g.withRun(e, func(r *engineRun) { r.owed = false })
-	f.g.reportWatch(e, true, nil) // connected already: nothing new
-	f.g.reportWatch(e, false, context.DeadlineExceeded)
-	if f.g.isOwed(e) {
+	img := &fakeImage{}
+	f := newFixture(t, func(c *Config) { c.Images = []ImageEngine{img} })
+	img.freeing = make(chan struct{}) // the start-up's free is over: frees from now on wait
+	f.g.withRun(img, func(r *engineRun) { r.owed = false })
+	f.g.reportWatch(img, true, nil) // the first contact: the start-up probe's to judge
+	f.g.reportWatch(img, false, context.DeadlineExceeded)
+	if f.g.isOwed(img) {
 		t.Fatal("an engine that went down owes a free")
 	}
-	f.g.reportWatch(e, true, nil)
-	if !f.g.isOwed(e) {
+	frees := img.frees.Load()
+	f.g.reportWatch(img, true, nil)
+	if !f.g.isOwed(img) {
 		t.Fatal("an engine back up owes no free")
 	}
+	close(img.freeing)
+	f.waitState(t, "the free owed paid", func(Status) bool { return img.frees.Load() > frees && !f.g.isOwed(img) })
 }
 
 // TestDirectWorkOverWhenSeenOwesAFree: work started on ComfyUI directly
