@@ -1,12 +1,14 @@
 package fleetcaddy
 
 import (
+	"context"
 	"net/http"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/headers"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
@@ -59,5 +61,21 @@ func TestStatusHeaders(t *testing.T) {
 	}
 	if h := statusHeaders(&reverseproxy.Handler{}); h != nil {
 		t.Errorf("a block with no headers: %v", h)
+	}
+}
+
+// A JSON config's negative durations fail at provision, naming the field.
+func TestPolicyNegativeDurations(t *testing.T) {
+	for name, s := range map[string]*FleetSelection{
+		"stale":          {Stale: -1},
+		"affinity":       {Affinity: caddy.Duration(-time.Second)},
+		"keep_for_chats": {KeepForChats: caddy.Duration(-time.Minute)},
+	} {
+		ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+		err := s.Provision(ctx)
+		cancel()
+		if err == nil || !strings.HasPrefix(err.Error(), name+" ") {
+			t.Errorf("%s negative: %v, want an error naming it", name, err)
+		}
 	}
 }

@@ -101,14 +101,17 @@ func (s *FleetSelection) Provision(ctx caddy.Context) error {
 	if !strings.HasPrefix(s.StatusPath, "/") {
 		return fmt.Errorf("status_path %q: want a path starting with /", s.StatusPath)
 	}
-	if s.Stale <= 0 {
-		s.Stale = caddy.Duration(defaultStale)
-	}
-	if s.Affinity <= 0 {
-		s.Affinity = caddy.Duration(defaultAffinity)
-	}
-	if s.KeepForChats <= 0 {
-		s.KeepForChats = caddy.Duration(defaultKeep)
+	for _, d := range []struct {
+		name string
+		v    *caddy.Duration
+		def  time.Duration
+	}{{"stale", &s.Stale, defaultStale}, {"affinity", &s.Affinity, defaultAffinity}, {"keep_for_chats", &s.KeepForChats, defaultKeep}} {
+		if *d.v < 0 {
+			return fmt.Errorf("%s %v: want a positive duration (or none, for %v)", d.name, time.Duration(*d.v), d.def)
+		}
+		if *d.v == 0 {
+			*d.v = caddy.Duration(d.def)
+		}
 	}
 	// The status streams' headers may name the environment ({env.*}),
 	// never a request.
