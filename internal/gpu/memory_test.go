@@ -298,8 +298,9 @@ func TestMemoryStaleReadingWaits(t *testing.T) {
 
 // footprintStore is a FootprintStore in memory.
 type footprintStore struct {
-	mu   sync.Mutex
-	data map[string][]byte
+	mu    sync.Mutex
+	data  map[string][]byte
+	saved chan struct{} // told of each save
 }
 
 func (s *footprintStore) LoadFootprints(_ context.Context, card string) ([]byte, error) {
@@ -312,6 +313,10 @@ func (s *footprintStore) SaveFootprints(_ context.Context, card string, data []b
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.data[card] = data
+	select {
+	case s.saved <- struct{}{}:
+	default:
+	}
 	return nil
 }
 
@@ -319,18 +324,27 @@ func (s *footprintStore) SaveFootprints(_ context.Context, card string, data []b
 // knows it before the model is loaded again.
 func TestMemoryFootprintsKept(t *testing.T) {
 	t.Parallel()
-	store := &footprintStore{data: map[string][]byte{}}
+	store := &footprintStore{data: map[string][]byte{}, saved: make(chan struct{}, 1)}
 	f := memFixture(t, map[string]int64{"m": 6 * gib}, func(m *MemoryConfig) { m.Store = store })
 	f.loadModel(t, "m")
 	f.waitState(t, "m learned", func(st Status) bool { return len(st.VRAM.Footprints) == 1 })
-	store.mu.Lock()
-	var saved string
-	for card, d := range store.data {
-		saved = card + " " + string(d)
-	}
-	store.mu.Unlock()
-	if !strings.HasPrefix(saved, "GPU-") || !strings.Contains(saved, `"model":"m"`) {
-		t.Fatalf("saved %q, want m under the card's UUID", saved)
+	// The status shows a footprint as it is learned; the save follows.
+	deadline := time.After(10 * time.Second)
+	for {
+		store.mu.Lock()
+		var saved string
+		for card, d := range store.data {
+			saved = card + " " + string(d)
+		}
+		store.mu.Unlock()
+		if strings.HasPrefix(saved, "GPU-") && strings.Contains(saved, `"model":"m"`) {
+			break
+		}
+		select {
+		case <-store.saved:
+		case <-deadline:
+			t.Fatalf("saved %q, want m under the card's UUID", saved)
+		}
 	}
 	g := memFixture(t, nil, func(m *MemoryConfig) { m.Store = store })
 	g.waitState(t, "m known from the store", func(st Status) bool {
