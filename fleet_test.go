@@ -163,8 +163,17 @@ func TestFleetChatFollowsAModelStillLoading(t *testing.T) {
 		}
 		return false
 	}
-	for deadline := time.Now().Add(10 * time.Second); !loading(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
+	deadline := time.After(10 * time.Second)
+	for {
+		a, b, c := hosts[0].gpu.Changed(), hosts[1].gpu.Changed(), hosts[2].gpu.Changed()
+		if loading() {
+			break
+		}
+		select {
+		case <-a:
+		case <-b:
+		case <-c:
+		case <-deadline:
 			t.Fatal("the first chat's model never began to load")
 		}
 	}
