@@ -10,12 +10,31 @@ import (
 )
 
 // sendJob runs an image job of workflow on the fake ComfyUI through
-// RunImage, which returns once the job is queued.
-func (f *fixture) sendJob(t *testing.T, workflow string, d time.Duration) {
+// RunImage, which returns once the job is queued, and returns its
+// prompt_id.
+func (f *fixture) sendJob(t *testing.T, workflow string, d time.Duration) string {
 	t.Helper()
+	var id string
 	_, err := f.g.RunImage(context.Background(), ImageRun{Deadline: time.Now().Add(10 * time.Second), Workflow: workflow,
-		Forward: func(_ context.Context, fw *Forwarded) { fw.Status, fw.PromptID = 200, f.comfy.Submit(d) }})
+		Forward: func(_ context.Context, fw *Forwarded) {
+			id = f.comfy.Submit(d)
+			fw.Status, fw.PromptID = 200, id
+		}})
 	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// stopJob interrupts the job id on the fake ComfyUI once it has started
+// (an interrupt before is dropped): a job the test ends when it has seen
+// what it runs beside.
+func (f *fixture) stopJob(t *testing.T, id string) {
+	t.Helper()
+	f.waitTimeline(t, "job "+id+" start", func(ev []gputest.Event) bool {
+		return gputest.Index(ev, 0, "comfy", "job "+id+" start") >= 0
+	})
+	if err := f.clients.comfy.Interrupt(context.Background(), id); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -109,11 +128,14 @@ func TestCoResidentOutlivesTheJob(t *testing.T) {
 			m.Models["comfyui:wf"] = 8 * gib // a workflow's peak may be configured too
 			m.CoResident = []string{"small"}
 		})
-	f.sendJob(t, "comfyui:wf", 200*time.Millisecond)
+	// The job runs until small is admitted beside it: one that ended
+	// first would leave nothing to be beside.
+	id := f.sendJob(t, "comfyui:wf", time.Hour)
 	f.waitState(t, "the job running, measured", func(st Status) bool {
 		return st.State == "image" && st.VRAM.Job != nil && st.VRAM.Job.PeakBytes == 8*gib
 	})
 	a := f.besideSoon(t, "small")
+	f.stopJob(t, id)
 	f.waitState(t, "the job over, the request on", func(st Status) bool { return st.State == "llm" && st.LLMInflight == 1 })
 	done := make(chan struct{})
 	go func() {

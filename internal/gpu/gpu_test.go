@@ -281,10 +281,15 @@ func TestWorkQueuedDirectlyOnComfyUITakesTheGPU(t *testing.T) {
 	})
 	f.loadModel(t, "llama3.2")
 	f.bypassed = true
-	f.comfy.Submit(200 * time.Millisecond)
+	// The work runs until the test has seen the GPU taken for it: work
+	// over before the turnstile looks is only owed a free.
+	id := f.submitRunning(t, time.Hour) // started: an interrupt before is dropped
 	st := f.waitState(t, "image for the direct work", func(st Status) bool { return st.State == "image" && st.Job != nil })
 	if st.Job.Source != "comfyui" {
 		t.Fatalf("job source %q, want comfyui", st.Job.Source)
+	}
+	if err := f.clients.comfy.Interrupt(context.Background(), id); err != nil {
+		t.Fatal(err)
 	}
 	f.waitState(t, "idle after the direct work", func(st Status) bool { return st.State == "idle" })
 	if len(f.ollama.Loaded()) != 0 || f.comfy.Frees() == 0 {

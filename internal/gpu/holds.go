@@ -158,12 +158,15 @@ func (g *GPU) grantHold(ctx context.Context, owner string, ttl time.Duration, st
 	}
 	if source == sourcePresence {
 		g.metrics.HoldEvent("presence")
-	} else {
-		h.Renew(ttl)
 	}
+	// The grant is told before the lease is armed: a short lease may run
+	// out at once, and its end must not be told first.
 	g.metrics.HoldEvent("granted")
 	g.log().Info("GPU held", zap.String("hold", h.ID), zap.String("owner", owner),
 		zap.Duration("ttl", ttl), zap.Duration("waited", time.Since(start)))
+	if source != sourcePresence {
+		h.Renew(ttl)
+	}
 	return h, nil
 }
 
