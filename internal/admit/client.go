@@ -35,10 +35,5 @@ func bodyClient(head []byte) string {
 	if !bytes.Contains(head, []byte(`"client_id"`)) {
 		return ""
 	}
-	raw, ok := jsonscan.Member(head, "client_id")
-	if !ok {
-		return ""
-	}
-	id, _ := jsonscan.String(raw)
-	return id
+	return jsonscan.StringMember(head, "client_id")
 }

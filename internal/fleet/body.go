@@ -9,27 +9,15 @@ import (
 
 // Model returns the "model" a JSON body names at its top level; "" if
 // none (or if the body is not read to that member).
-func Model(body []byte) string {
-	raw, ok := jsonscan.Member(body, "model")
-	if !ok {
-		return ""
-	}
-	m, _ := jsonscan.String(raw)
-	return m
-}
+func Model(body []byte) string { return jsonscan.StringMember(body, "model") }
 
 // bodyClient returns the top-level "client_id" of a JSON body (ComfyUI's
 // POST /prompt); "" if none.
 func bodyClient(body []byte) string {
 	if !bytes.Contains(body, []byte(`"client_id"`)) {
-		return ""
+		return "" // no scan of a body that names none (an image's)
 	}
-	raw, ok := jsonscan.Member(body, "client_id")
-	if !ok {
-		return ""
-	}
-	id, _ := jsonscan.String(raw)
-	return id
+	return jsonscan.StringMember(body, "client_id")
 }
 
 // parseQuery parses a raw query, ignoring malformed pairs.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/engine/kinds"
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/notice"
 )
 
 // API is the error shape of an engine API: the one its clients parse.
@@ -76,7 +77,7 @@ func Write(w http.ResponseWriter, api API, e Error) {
 func (e Error) body(api API) any {
 	switch api {
 	case engine.DialectOpenAI:
-		return map[string]any{"error": map[string]any{"message": e.Message, "type": openAIType(e.Status), "param": nil, "code": e.Code}}
+		return map[string]any{"error": map[string]any{"message": e.Message, "type": notice.OpenAIErrorType(e.Status), "param": nil, "code": e.Code}}
 	case engine.DialectComfyUI:
 		return map[string]any{
 			"error":       map[string]any{"type": e.Code, "message": e.Message, "details": "", "extra_info": map[string]any{}},
@@ -86,17 +87,6 @@ func (e Error) body(api API) any {
 		return map[string]any{"error": errorName(e.Code), "detail": e.Message, "body": "", "errors": e.Message}
 	}
 	return map[string]string{"error": e.Message}
-}
-
-// openAIType is OpenAI's error type for status.
-func openAIType(status int) string {
-	switch {
-	case status == http.StatusTooManyRequests:
-		return "rate_limit_error"
-	case status >= 400 && status < 500:
-		return "invalid_request_error"
-	}
-	return "server_error"
 }
 
 // errorName is A1111's error name (a Python exception's, in CamelCase)

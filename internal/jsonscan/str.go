@@ -49,6 +49,18 @@ func String(raw []byte) (string, bool) {
 	return b.String(), true
 }
 
+// StringMember is the text of doc's top-level member name when it is a
+// string, as a string of its own; "" when doc has no such member or it
+// is not a string.
+func StringMember(doc []byte, name string) string {
+	raw, ok := Member(doc, name)
+	if !ok {
+		return ""
+	}
+	s, _ := String(raw)
+	return s
+}
+
 // Equal says whether raw is a JSON string whose text is s, without
 // allocating.
 func Equal(raw []byte, s string) bool {

@@ -77,13 +77,14 @@ func errorChunk(s Shape, msg, typ string, status int) []byte {
 		return line(map[string]string{"error": msg})
 	}
 	if typ == "" {
-		typ = openAIType(status)
+		typ = OpenAIErrorType(status)
 	}
 	return event(map[string]openAIError{"error": {Message: msg, Type: typ}})
 }
 
-// openAIType is OpenAI's error type for an HTTP status.
-func openAIType(status int) string {
+// OpenAIErrorType is OpenAI's error type for an HTTP status: a stream's
+// closing error and a busy answer in OpenAI's shape both say it.
+func OpenAIErrorType(status int) string {
 	switch {
 	case status == http.StatusTooManyRequests:
 		return "rate_limit_error"

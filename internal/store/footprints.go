@@ -2,10 +2,7 @@ package store
 
 import (
 	"context"
-	"errors"
-	"io/fs"
 	"path"
-	"strings"
 
 	"github.com/caddyserver/certmagic"
 
@@ -26,18 +23,12 @@ func NewFootprints(storage certmagic.Storage) *Footprints {
 }
 
 func footprintKey(card string) string {
-	// A UUID or a turnstile name has no slash; one that did would not
-	// leave the folder.
-	return path.Join("gpu_turnstile", "footprints", strings.ReplaceAll(card, "/", "_"), "footprints.json")
+	return path.Join("gpu_turnstile", "footprints", segment(card), "footprints.json")
 }
 
 // LoadFootprints implements gpu.FootprintStore: nothing kept is no error.
 func (s *Footprints) LoadFootprints(ctx context.Context, card string) ([]byte, error) {
-	data, err := s.storage.Load(ctx, footprintKey(card))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	return data, err
+	return load(ctx, s.storage, footprintKey(card))
 }
 
 // SaveFootprints implements gpu.FootprintStore.

@@ -2,10 +2,7 @@ package store
 
 import (
 	"context"
-	"errors"
-	"io/fs"
 	"path"
-	"strings"
 
 	"github.com/caddyserver/certmagic"
 
@@ -27,18 +24,12 @@ func NewLearned(storage certmagic.Storage, turnstile string) *Learned {
 }
 
 func (s *Learned) key() string {
-	// Names follow the turnstile-name rule (no slash); one that did not
-	// would not leave the folder.
-	return path.Join("gpu_turnstile", "learned", strings.ReplaceAll(s.turnstile, "/", "_")+".json")
+	return path.Join("gpu_turnstile", "learned", segment(s.turnstile)+".json")
 }
 
 // LoadLearned implements gpu.LearnedStore: nothing kept is no error.
 func (s *Learned) LoadLearned(ctx context.Context) ([]byte, error) {
-	data, err := s.storage.Load(ctx, s.key())
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	return data, err
+	return load(ctx, s.storage, s.key())
 }
 
 // SaveLearned implements gpu.LearnedStore.

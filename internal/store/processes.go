@@ -2,10 +2,7 @@ package store
 
 import (
 	"context"
-	"errors"
-	"io/fs"
 	"path"
-	"strings"
 
 	"github.com/caddyserver/certmagic"
 
@@ -27,19 +24,12 @@ func NewProcesses(storage certmagic.Storage, turnstile string) *Processes {
 }
 
 func (s *Processes) key(engine string) string {
-	// Names follow the turnstile-name rule (no slash); one that did not
-	// would not leave the folder.
-	clean := func(n string) string { return strings.ReplaceAll(n, "/", "_") }
-	return path.Join("gpu_turnstile", "processes", clean(s.turnstile), clean(engine)+".json")
+	return path.Join("gpu_turnstile", "processes", segment(s.turnstile), segment(engine)+".json")
 }
 
 // LoadProcesses implements gpu.ProcessStore: nothing kept is no error.
 func (s *Processes) LoadProcesses(ctx context.Context, engine string) ([]byte, error) {
-	data, err := s.storage.Load(ctx, s.key(engine))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	return data, err
+	return load(ctx, s.storage, s.key(engine))
 }
 
 // SaveProcesses implements gpu.ProcessStore.
