@@ -56,11 +56,10 @@ func (q *Request) SentTo(f *Follower, now time.Time) {
 	}
 }
 
-// Done records that q has ended at now, served by the host of its last
-// try.
-func (q *Request) Done(now time.Time) {
+// Done records that q has ended, served by the host of its last try.
+func (q *Request) Done() {
 	if q.on != nil {
-		q.on.sent.end(q.Model, now, true)
+		q.on.sent.end(q.Model, time.Now(), true)
 		q.on = nil
 	}
 }

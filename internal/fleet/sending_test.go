@@ -19,8 +19,10 @@ func TestSentModels(t *testing.T) {
 	if !f.Sending("qwen", now.Add(time.Hour)) {
 		t.Error("a model in flight does not count, however long its request")
 	}
-	q.Done(now)
-	if !f.Sending("qwen", now.Add(settleFor-time.Millisecond)) || f.Sending("qwen", now.Add(settleFor)) {
+	before := time.Now()
+	q.Done()
+	ended := time.Now() // it ended between the two
+	if !f.Sending("qwen", before.Add(settleFor-time.Millisecond)) || f.Sending("qwen", ended.Add(settleFor)) {
 		t.Error("a served model counts for settleFor after its request ended, not longer")
 	}
 
@@ -45,7 +47,7 @@ func TestSentModelsBounded(t *testing.T) {
 	for i := range maxSending + 4 {
 		q := &Request{Class: route.LLM, Model: fmt.Sprint("m", i)}
 		q.SentTo(f, now)
-		q.Done(now.Add(time.Duration(i) * time.Millisecond))
+		q.Done()
 	}
 	if n := len(f.sent.models); n != maxSending {
 		t.Errorf("%d models remembered, want %d", n, maxSending)

@@ -2,7 +2,6 @@ package fleetcaddy
 
 import (
 	"net/http"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -72,7 +71,7 @@ func (c *ClassifyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next
 	caddyhttp.SetVar(ctx, VarModel, q.Model)
 	caddyhttp.SetVar(ctx, VarWorkflow, q.Workflow)
 	caddyhttp.SetVar(ctx, varRequest, q)
-	defer func() { q.Done(time.Now()) }()
+	defer q.Done()
 	return next.ServeHTTP(w, r)
 }
 

@@ -183,7 +183,10 @@ func (s *FleetSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request,
 		cs[i] = fleet.Candidate{Up: u.Available(), Requests: u.NumRequests()}
 		if f != nil {
 			cs[i].Host, cs[i].Pin, cs[i].Capacity = f.Snapshot(now, stale), f.Pin(), f.Capacity()
-			cs[i].Sent = q.Class == route.LLM && q.Model != "" && f.Sending(q.Model, now)
+			// What the status lists needs no look at what was sent.
+			if h := cs[i].Host; h != nil && q.Class == route.LLM && q.Model != "" && !h.Loaded(q.Model) {
+				cs[i].Sent = f.Sending(q.Model, now)
+			}
 		}
 	}
 	pin := s.affinity.Lookup(q.Client, now)
