@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/gputest"
 	"github.com/gpu-turnstile/caddy-gpu-turnstile/internal/upstreams/ollama/ollamatest"
 )
 
@@ -294,7 +295,22 @@ func TestFleetHostStoppingLosesNoRequest(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(100 * time.Millisecond) // chats in flight on b as it stops
+	// b stops with chats in flight on it.
+	inFlight := func(ev []gputest.Event) bool {
+		n := 0
+		for _, e := range ev {
+			switch {
+			case strings.HasPrefix(e.What, "request /api/chat"):
+				n++
+			case strings.HasPrefix(e.What, "done /api/chat"):
+				n--
+			}
+		}
+		return n > 0
+	}
+	if !b.gpu.WaitFor(10*time.Second, inFlight) {
+		t.Fatal("no chat reached b")
+	}
 	b.stop()
 	untilVia(t, front, "qwen3:8b", "a", 0)
 	close(stop)
