@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -50,14 +49,7 @@ func startFleetHostWith(t *testing.T, name string, o ollamatest.Options) *fleetH
 	g.addr = fmt.Sprintf("127.0.0.1:%d", port)
 	g.llm = "http://" + g.addr
 	g.admin = fmt.Sprintf("http://127.0.0.1:%d", adminPort)
-	cfg := fmt.Sprintf(`{
-	admin 127.0.0.1:%d
-	persist_config off
-	auto_https off
-	log {
-		output discard
-	}
-	gpu_turnstile {
+	cfg := fmt.Sprintf(childGlobals+`	gpu_turnstile {
 		ollama %s
 		comfy %s
 		llm_busy_mode reject
@@ -80,12 +72,7 @@ func startFleetHostWith(t *testing.T, name string, o ollamatest.Options) *fleetH
 }
 `, adminPort, g.ollama.URL, g.comfy.URL, port, name, g.comfy.URL, g.ollama.URL)
 	dir := t.TempDir()
-	path := filepath.Join(dir, "Caddyfile")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	g.cmd = exec.Command(os.Args[0], "run", "--config", path, "--adapter", "caddyfile")
-	g.cmd.Env = append(os.Environ(), childEnv+"=1", "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir, "HOME="+dir)
+	g.cmd = childCaddy(t, os.Args[0], cfg, dir, dir)
 	if err := g.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -148,14 +135,7 @@ func loaded(model string) func(Status) bool {
 func startFront(t *testing.T, hosts []string, extra string) string {
 	t.Helper()
 	port, adminPort := freePort(t), freePort(t)
-	cfg := fmt.Sprintf(`{
-	admin 127.0.0.1:%d
-	persist_config off
-	auto_https off
-	log {
-		output discard
-	}
-}
+	cfg := fmt.Sprintf(childGlobals+`}
 :%d {
 	bind 127.0.0.1
 	gpu_turnstile_fleet %s {

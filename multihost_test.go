@@ -58,6 +58,31 @@ type gpuHost struct {
 	admin  string
 }
 
+// childGlobals opens a child Caddy's global options: its admin address
+// (the %d), nothing persisted, no HTTPS, no logs.
+const childGlobals = `{
+	admin 127.0.0.1:%d
+	persist_config off
+	auto_https off
+	log {
+		output discard
+	}
+`
+
+// childCaddy is the command that runs bin (this test binary) as Caddy
+// over the Caddyfile cfg, written into dir, with its data and config in
+// data and env added; the caller starts it.
+func childCaddy(t *testing.T, bin, cfg, dir, data string, env ...string) *exec.Cmd {
+	t.Helper()
+	path := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "run", "--config", path, "--adapter", "caddyfile")
+	cmd.Env = append(append(os.Environ(), childEnv+"=1", "XDG_DATA_HOME="+data, "XDG_CONFIG_HOME="+data, "HOME="+data), env...)
+	return cmd
+}
+
 func startHost(t *testing.T, name, settings string) *gpuHost {
 	t.Helper()
 	g := &gpuHost{name: name, gpu: gputest.New()}
@@ -66,14 +91,7 @@ func startHost(t *testing.T, name, settings string) *gpuHost {
 	llmPort, adminPort := freePort(t), freePort(t)
 	g.llm = fmt.Sprintf("http://127.0.0.1:%d", llmPort)
 	g.admin = fmt.Sprintf("http://127.0.0.1:%d", adminPort)
-	cfg := fmt.Sprintf(`{
-	admin 127.0.0.1:%d
-	persist_config off
-	auto_https off
-	log {
-		output discard
-	}
-	gpu_turnstile {
+	cfg := fmt.Sprintf(childGlobals+`	gpu_turnstile {
 		ollama %s
 		comfy %s
 		history_poll_interval 20ms
@@ -94,12 +112,7 @@ func startHost(t *testing.T, name, settings string) *gpuHost {
 }
 `, adminPort, g.ollama.URL, g.comfy.URL, settings, llmPort, name, g.ollama.URL)
 	dir := t.TempDir()
-	path := filepath.Join(dir, "Caddyfile")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(os.Args[0], "run", "--config", path, "--adapter", "caddyfile")
-	cmd.Env = append(os.Environ(), childEnv+"=1", "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir, "HOME="+dir)
+	cmd := childCaddy(t, os.Args[0], cfg, dir, dir)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -254,14 +267,7 @@ func TestNamedTurnstilesAreIndependent(t *testing.T) {
 		}
 	}()
 	ports := []int{freePort(t), freePort(t), freePort(t), freePort(t), freePort(t)}
-	cfg := fmt.Sprintf(`{
-	admin 127.0.0.1:%d
-	persist_config off
-	auto_https off
-	log {
-		output discard
-	}
-	gpu_turnstile gpu0 {
+	cfg := fmt.Sprintf(childGlobals+`	gpu_turnstile gpu0 {
 		ollama %s
 		comfy %s
 	}

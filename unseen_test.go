@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -77,14 +76,7 @@ func startUnseen(t *testing.T, withCard bool) *unseenRig {
 	llmPort, imagePort, adminPort := freePort(t), freePort(t), freePort(t)
 	r.llm, r.image = fmt.Sprintf("http://127.0.0.1:%d", llmPort), fmt.Sprintf("http://127.0.0.1:%d", imagePort)
 	r.admin = fmt.Sprintf("http://127.0.0.1:%d", adminPort)
-	cfg := fmt.Sprintf(`{
-	admin 127.0.0.1:%d
-	persist_config off
-	auto_https off
-	log {
-		output discard
-	}
-	gpu_turnstile {
+	cfg := fmt.Sprintf(childGlobals+`	gpu_turnstile {
 		llm llamaswap %s
 		image comfyui %s
 		unload_timeout 2s
@@ -109,12 +101,7 @@ func startUnseen(t *testing.T, withCard bool) *unseenRig {
 	reverse_proxy %s
 }
 `, adminPort, r.swap.URL(), r.comfy.URL, card, llmPort, r.swap.URL(), imagePort, r.comfy.URL)
-	cfgPath := filepath.Join(dir, "Caddyfile")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "run", "--config", cfgPath, "--adapter", "caddyfile")
-	cmd.Env = append(os.Environ(), childEnv+"=1", "XDG_DATA_HOME="+data, "XDG_CONFIG_HOME="+data, "HOME="+data, "PATH="+path)
+	cmd := childCaddy(t, bin, cfg, dir, data, "PATH="+path)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
