@@ -52,7 +52,8 @@ func (c *cutter) read(wait time.Duration, read func() error) error {
 	t := time.AfterFunc(wait, c.fire)
 	err := read()
 	if t.Stop() {
-		return err // the timer never fired: nothing was cut
+		c.fired.Done() // fire will not run: the cutter is as new
+		return err     // nothing was cut
 	}
 	c.fired.Wait()
 	return ErrLate

@@ -85,16 +85,7 @@ func newVRAMPage(t *testing.T) *vramPage {
 	}))
 	t.Cleanup(srv.Close)
 	// Polling, so that each change of the served status shows within 1 s.
-	if _, err := chromedp.Run(p.ctx, func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
-		_, err := cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument,
-			page.AddScriptToEvaluateOnNewDocumentParams{Source: "delete window.EventSource;"})
-		return chromedp.Void{}, err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := chromedp.Run(p.ctx, chromedp.Navigate(srv.URL+"/healthz")); err != nil {
-		t.Fatal(err)
-	}
+	openPolling(t, p.ctx, srv.URL+"/healthz")
 	return p
 }
 
@@ -279,16 +270,7 @@ func TestPageShowsThePublicView(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	if _, err := chromedp.Run(ctx, func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
-		_, err := cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument,
-			page.AddScriptToEvaluateOnNewDocumentParams{Source: "delete window.EventSource;"})
-		return chromedp.Void{}, err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := chromedp.Run(ctx, chromedp.Navigate(srv.URL+"/healthz")); err != nil {
-		t.Fatal(err)
-	}
+	openPolling(t, ctx, srv.URL+"/healthz")
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById("state").textContent === "HOLD"`,
 		chromedp.WithPollingTimeout(20*time.Second))); err != nil {
 		t.Fatalf("the page never showed HOLD: %v; page errors %v", err, problems())
@@ -322,5 +304,22 @@ func TestPageShowsThePublicView(t *testing.T) {
 	}
 	if pr := problems(); len(pr) > 0 {
 		t.Fatalf("page errors: %v", pr)
+	}
+}
+
+// openPolling opens the page at url in the browser of ctx without
+// EventSource, so that it polls: each change of the served status shows
+// within a second.
+func openPolling(t *testing.T, ctx context.Context, url string) {
+	t.Helper()
+	if _, err := chromedp.Run(ctx, func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument,
+			page.AddScriptToEvaluateOnNewDocumentParams{Source: "delete window.EventSource;"})
+		return chromedp.Void{}, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Navigate(url)); err != nil {
+		t.Fatal(err)
 	}
 }
